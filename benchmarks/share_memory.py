@@ -1,6 +1,7 @@
 """The first ``share_memory_()`` of a tensor, and ``Module.share_memory()`` of a GPT: jitorch against torch.
 
-    python benchmarks/share_memory.py [--rounds N]
+    python benchmarks/share_memory.py [--rounds N]    # about a minute
+    python benchmarks/share_memory.py --quick         # 1 MB and a one-layer GPT, one round (the suite runs this)
 
 Moving a storage into shared memory replaces its buffer, so every tensor on it must drop its cached array of
 the old one. Two ways of finding those tensors are timed on the same sizes, in turns within one process:
@@ -35,9 +36,9 @@ def cpu_time(fn):
     return time.thread_time() - start
 
 
-def tensor_rows(rounds):
+def tensor_rows(rounds, sizes_mb):
     rows = []
-    for mb in (1, 100):
+    for mb in sizes_mb:
         n = mb * (1 << 20) // 4
         times = {"search": [], "counted": [], "torch": []}
         for _ in range(rounds):
@@ -55,32 +56,36 @@ def tensor_rows(rounds):
     return rows
 
 
-def gpt_row(rounds):
-    """nanoGPT's Shakespeare-char model (6 layers, 6 heads, 384 wide: 10.7M parameters) after one backward."""
+def gpt_row(rounds, layers):
+    """nanoGPT's Shakespeare-char model (6 heads, 384 wide; with 6 layers, 10.7M parameters) after one backward."""
     times = {"search": [], "counted": [], "torch": []}
     for _ in range(rounds):
         for way in times:
             lib = torch if way == "torch" else jt
             lib.manual_seed(0)
             if way == "torch":
-                model = torch.nn.Transformer(384, 6, 6, 0, 1536, 0.0)  # a 10.6M-parameter torch model of the same widths
+                model = torch.nn.Transformer(384, 6, layers, 0, 1536, 0.0)  # 10.6M parameters at 6 layers
                 fn = model.share_memory
             else:
-                model = gpt.GPT(65, 256, 6, 6, 384, 0.0)
+                model = gpt.GPT(65, 256, layers, 6, 384, 0.0)
                 model(jt.zeros(1, 8, dtype=jt.int64))[0].sum().backward()
                 tensors = [t for p in model.parameters() for t in (p, p.grad) if t is not None]
                 fn = ((lambda: shared_memory.share_storages([t._storage for t in tensors])) if way == "search"
                       else model.share_memory)
             times[way].append(cpu_time(fn))
             del model
-    return "Module.share_memory(), GPT 10.7M", {k: statistics.median(v) for k, v in times.items()}
+    return f"Module.share_memory(), GPT {layers} layers", {k: statistics.median(v) for k, v in times.items()}
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--quick", action="store_true", help="1 MB and a one-layer GPT, one round")
     args = parser.parse_args()
-    rows = tensor_rows(args.rounds) + [gpt_row(max(3, args.rounds // 2))]
+    if args.quick:
+        rows = tensor_rows(1, (1,)) + [gpt_row(1, 1)]
+    else:
+        rows = tensor_rows(args.rounds, (1, 100)) + [gpt_row(max(3, args.rounds // 2), 6)]
     print(f"objects in the process: {len(gc.get_objects()):,}; CPU time of the calling thread, median")
     print(f"{'':34}{'search':>10}{'counted':>10}{'torch':>10}")
     for label, t in rows:

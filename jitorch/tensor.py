@@ -354,10 +354,7 @@ class Tensor:
         """``base``'s memory read as ``dtype`` with this geometry (in elements of ``dtype``): a tensor that
         shares the storage and its version counter, but no view in autograd's sense (no ``_base``), as
         torch's ``view(dtype)``."""
-        storage = base._storage.reinterpret(dtype)
-        t = cls._make(storage, tuple(shape), tuple(strides), offset)
-        _shared_memory.note_holder(storage, t)  # found when the memory moves into shared memory (no `_base` leads here)
-        return t
+        return cls._make(base._storage.reinterpret(dtype), tuple(shape), tuple(strides), offset)
 
     def _set_geometry(self, shape, strides, offset):
         GEOMETRY_EPOCH[0] += 1

@@ -28,9 +28,6 @@ _lock = module_lock(globals(), "_lock")
 _SHARED: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 # (device, inode) of a memory file -> the storage on it here, so a storage that comes back is the same object
 _BY_FILE: "weakref.WeakValueDictionary" = weakref.WeakValueDictionary()
-# storage -> weak references to the reinterpretations of it (a root's) or the tensors made on it (a
-# reinterpretation's): the holders `_forget_old_arrays` cannot reach from a tensor's base and views
-_NOTED: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 
 class SharedFile:
@@ -84,16 +81,6 @@ def is_shared(storage):
     return getattr(storage, "root", storage) in _SHARED
 
 
-def note_holder(storage, holder):
-    """Remember ``holder`` (weakly) as one that refers to ``storage``: a reinterpretation of a root storage, or a
-    tensor made on a reinterpretation (neither is a view of a tensor it could be found from)."""
-    with _lock:
-        refs = _NOTED.setdefault(storage, [])
-        refs.append(weakref.ref(holder))
-        if not len(refs) & (len(refs) - 1):  # at each power of two: the dead ones pruned, amortised O(1)
-            refs[:] = [r for r in refs if r() is not None]
-
-
 def share_storages(storages):
     """Move each CPU storage that is not shared yet into a memory file of its own, in place.
 
@@ -144,28 +131,23 @@ _CALL = 0
 _CALL = _measure_call()
 
 
-def _forget_old_arrays(work, tensors):
-    """Make every tensor on the moved root storages ``work`` (a list this call empties), or on a reinterpretation
-    of one, forget its array of the old buffer, finding them without a search of the whole process: the
-    candidates are ``tensors``, their bases, the views their bases keep (``Tensor._views``) and the holders
-    noted (`note_holder`). Each storage's references are then counted (``sys.getrefcount``): when the candidates
-    on it, its noted reinterpretations and this frame's own reference account for all of them, no other tensor
-    can be on it; otherwise its referrers are searched (`_drop_stale_views`).
+def _forget_old_arrays(roots, tensors):
+    """Make every tensor on the moved root storages ``roots`` (a list this call empties) forget its array of the
+    old buffer, finding them without a search of the whole process: the candidates are ``tensors``, their bases
+    and the views their bases keep (``Tensor._views``). Each storage's references are then counted
+    (``sys.getrefcount``): when the candidates on it and this frame's own reference account for all of them, no
+    other tensor can be on it; otherwise (a detached alias, a view its base does not keep, a reinterpretation of
+    its memory as another dtype) its referrers are searched (`_drop_stale_views`).
     """
     candidates = _candidates(tensors)
-    while work:
-        storage = work.pop()  # this frame's one reference to it (`_references_besides`)
-        if hasattr(storage, "read_root"):  # a reinterpretation of a moved root
-            storage.read_root()
-            candidates += _candidates(_noted(storage))
-        on_it = [t for t in candidates if t._storage is storage]
-        reinterpretations = [s for s in _noted(storage) if getattr(s, "root", None) is storage]
-        if _references_besides(storage, 1 + len(on_it) + len(reinterpretations)):
-            _drop_stale_views([storage])
+    while roots:
+        root = roots.pop()  # this frame's one reference to it (`_references_besides`)
+        on_it = [t for t in candidates if t._storage is root]
+        if _references_besides(root, 1 + len(on_it)):
+            _drop_stale_views([root])
             continue
         for t in on_it:
             t._arr = None
-        work += reinterpretations
 
 
 def _candidates(tensors):
@@ -182,12 +164,6 @@ def _candidates(tensors):
         if views:
             queue += [ref() for ref in views]
     return found
-
-
-def _noted(storage):
-    """The live holders noted on ``storage``."""
-    refs = _NOTED.get(storage)
-    return [h for h in (ref() for ref in refs) if h is not None] if refs else []
 
 
 def _drop_stale_views(roots):

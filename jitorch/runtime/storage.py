@@ -84,7 +84,6 @@ class Storage:
         view.size = root.nbytes() // dtype.itemsize
         view.inference = root.inference
         view.read_root()
-        shared_memory.note_holder(root, view)  # found when the root moves into shared memory
         return view
 
     def replace_buffer(self, data):

@@ -63,7 +63,8 @@ def tensor(n, dtype):
 def same_on_every_rank(t):
     everyone = [jt.zeros_like(t) for _ in range(size)]
     dist.all_gather(everyone, t)
-    assert all(e.numpy().tobytes() == everyone[0].numpy().tobytes() for e in everyone), [e.tolist()[:4] for e in everyone]
+    assert all(e.numpy().tobytes() == everyone[0].numpy().tobytes() for e in everyone), [e.tolist()[:4]
+                                                                                         for e in everyone]
 
 
 cases = [(op, dtype) for dtype in ("float32", "float64", "int32", "int8", "float16", "bfloat16")
@@ -141,7 +142,8 @@ if size == 2:
         disagreeing(lambda: jt.ones(n, 2) if rank else jt.ones(2, n),
                     f"rank 0: all_reduce(float32[2, {n}]); rank 1: all_reduce(float32[{n}, 2])")
         disagreeing(lambda: jt.ones(n), f"the ranks disagree on the reduce op: rank 0: all_reduce(float32[{n}], SUM); "
-                    f"rank 1: all_reduce(float32[{n}], MAX)", op=lambda: dist.ReduceOp.MAX if rank else dist.ReduceOp.SUM)
+                    f"rank 1: all_reduce(float32[{n}], MAX)",
+                    op=lambda: dist.ReduceOp.MAX if rank else dist.ReduceOp.SUM)
         disagreeing(lambda: jt.ones(n),
                     f"rank 0: all_reduce(float32[{n}]); rank 1: broadcast(float32[{n}])",
                     call=lambda t: dist.broadcast(t, src=0) if rank else dist.all_reduce(t))
