@@ -4,8 +4,10 @@
     python benchmarks/distributed.py --quick      # tiny sizes (the suite runs this)
 
 The script starts itself under jitorch's launcher (1 and 2 ranks) and prints, from rank 0:
-1. all-reduce of float32 buffers: jitorch's ``dist.all_reduce`` against raw mpi4py ``Allreduce`` on the same
-   buffers (jitorch's share of mpi4py's bandwidth; the issue's target is 90%) and torch's gloo backend.
+1. all-reduce of float32 buffers, 4 B to 64 MB: jitorch's ``dist.all_reduce`` against raw mpi4py ``Allreduce`` on
+   the same buffers (jitorch's share of mpi4py's bandwidth; the issue's target is 90%) and torch's gloo backend;
+   also the agreement every call makes first, alone, and that agreement followed by MPI's all-reduce (how every
+   size went before small tensors travelled in the agreement's block).
 2. a DDP training step of an MLP, with the same batch per rank (weak scaling): ms per step on 1 and 2 ranks,
    the scaling efficiency (1-rank time / 2-rank time), jitorch eager and compiled against torch's DDP on gloo.
 3. overlap on an 8-layer MLP with 4 MB buckets: the share of the gradients' all-reduce time hidden behind
@@ -34,13 +36,16 @@ def timed(fn, repeat):
 
 def interleaved(fns, repeat, barrier, cpu=None):
     """Median seconds per call of each of ``fns``, called in turn ``repeat`` times after a barrier each (so
-    every rank starts together, and a change of the machine's load falls on all of them alike). With a dict
-    ``cpu``, also the median CPU seconds of this process per call (all its threads: a progress thread's too)
-    into ``cpu[name]``."""
+    every rank starts together, and a change of the machine's load falls on all of them alike), the order of the
+    turn rotating each round: in a fixed order two runs of the same code differed by up to 60% by their place
+    (session 47). With a dict ``cpu``, also the median CPU seconds of this process per call (all its threads: a
+    progress thread's too) into ``cpu[name]``."""
     times = {name: [] for name in fns}
     cpus = {name: [] for name in fns}
-    for _ in range(repeat + 1):
-        for name, fn in fns.items():
+    names = list(fns)
+    for turn in range(repeat + 1):
+        for name in names[turn % len(names):] + names[:turn % len(names)]:
+            fn = fns[name]
             barrier()
             c0, t0 = time.process_time(), time.perf_counter()
             fn()
@@ -52,25 +57,37 @@ def interleaved(fns, repeat, barrier, cpu=None):
 
 
 def allreduce_rows(sizes, repeat):
-    """Per size: raw mpi4py, jitorch's all_reduce, torch's gloo, and jitorch's agreement alone (the round trip
-    of 16 bytes each call makes first, so that ranks giving different dtypes or shapes raise)."""
+    """Per size: raw mpi4py, jitorch's all_reduce, torch's gloo, jitorch's agreement alone (the block every call
+    exchanges first, so that ranks giving different collectives, dtypes, shapes or ops raise) and "separate":
+    jitorch's all_reduce with no tensor fitting in that block (the agreement, then MPI's all-reduce), as every size
+    went before the data of `collectives.INLINE` bytes and below travelled in the block."""
     import torch
     import torch.distributed as tdist
     from mpi4py import MPI
 
     import jitorch as jt
     import jitorch.distributed as dist
-    from jitorch.distributed.collectives import _agree
+    from jitorch.distributed import collectives
     from jitorch.distributed.process_group import resolve
 
+    pg = resolve(None)
     rows = []
     for nbytes in sizes:
-        t = jt.ones(nbytes // 4)
+        t = jt.ones(max(nbytes // 4, 1))
         array = t.numpy()
-        theirs_t = torch.ones(nbytes // 4)
+        theirs_t = torch.ones(max(nbytes // 4, 1))
+
+        def agreement():
+            collectives.Agreement(pg, "all_reduce", t.dtype, tuple(t.shape), "all_reduce", "SUM").check()
+
+        def separate():
+            inline, collectives.INLINE = collectives.INLINE, -1  # no tensor fits in the block
+            try:
+                dist.all_reduce(t)
+            finally:
+                collectives.INLINE = inline
         row = interleaved({"mpi4py": lambda: MPI.COMM_WORLD.Allreduce(MPI.IN_PLACE, array, op=MPI.SUM),
-                           "jitorch": lambda: dist.all_reduce(t),
-                           "agreement": lambda: _agree(resolve(None), "all_reduce", t, "all_reduce"),
+                           "jitorch": lambda: dist.all_reduce(t), "separate": separate, "agreement": agreement,
                            "torch": lambda: tdist.all_reduce(theirs_t)}, repeat, MPI.COMM_WORLD.Barrier)
         rows.append({"bytes": nbytes, **row})
     return rows
@@ -245,10 +262,12 @@ def worker(args):
     torch.set_num_threads(1)
     dist.init_process_group()
     tdist.init_process_group("gloo")
-    sizes = [1 << 16, 1 << 20] if args.quick else [1 << 18, 1 << 20, 1 << 22, 16 << 20, 64 << 20]
-    result = {"allreduce": allreduce_rows(sizes, 2 if args.quick else 30),
-              "ddp": ddp_rows(32 if args.quick else 1024, 16 if args.quick else 128, 2 if args.quick else 20)}
-    if dist.get_world_size() > 1:
+    sizes = [4, 1 << 16, 1 << 20] if args.quick else [4, 256, 4096, 1 << 16, 1 << 18, 1 << 20, 1 << 22, 16 << 20,
+                                                     64 << 20]
+    result = {"allreduce": allreduce_rows(sizes, args.allreduce or (2 if args.quick else 30))}
+    if not args.allreduce:
+        result["ddp"] = ddp_rows(32 if args.quick else 1024, 16 if args.quick else 128, 2 if args.quick else 20)
+    if dist.get_world_size() > 1 and not args.allreduce:
         result["overlap"] = overlap_rows(32 if args.quick else 1024, 8, 16 if args.quick else 64, 0.002 if args.quick
                                          else 4, 2 if args.quick else 12)
     if dist.get_rank() == 0:
@@ -265,10 +284,10 @@ def free_port():
         return s.getsockname()[1]
 
 
-def launch(nproc, quick):
+def launch(nproc, quick, allreduce=0):
     cmd = [sys.executable, "-m", "jitorch.distributed.run", "--nproc-per-node", str(nproc),
            "--master-port", str(free_port()), os.path.join(HERE, "distributed.py"), "--worker"]
-    cmd += ["--quick"] if quick else []
+    cmd += (["--quick"] if quick else []) + (["--allreduce", str(allreduce)] if allreduce else [])
     done = subprocess.run(cmd, capture_output=True, text=True)
     if done.returncode != 0:
         # the ranks' own output says why (the launcher names the rank that failed)
@@ -281,6 +300,8 @@ def launch(nproc, quick):
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true", help="tiny sizes (for tests)")
+    p.add_argument("--allreduce", type=int, default=0, metavar="N",
+                   help="the all-reduce table alone, on 2 ranks, with N interleaved calls per size and system")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.worker:
@@ -297,14 +318,20 @@ def main(argv=None):
         sys.stdout.flush()
         os._exit(0)
     load = os.getloadavg()
-    results = {n: launch(n, args.quick) for n in (1, 2)}
+    results = {n: launch(n, args.quick, args.allreduce) for n in ((2,) if args.allreduce else (1, 2))}
     print(f"machine load (1-minute average) before and after: {load[0]:.1f} / {os.getloadavg()[0]:.1f}")
-    print("\nall-reduce of float32, 2 ranks (ms; bandwidth as a share of raw mpi4py's; agreement: jitorch's check "
-          "that the ranks' dtypes and shapes match, alone)")
-    print(f"{'size':>9} {'mpi4py':>9} {'jitorch':>9} {'torch gloo':>11} {'agreement':>10} {'jitorch/mpi4py':>15}")
+    print("\nall-reduce of float32, 2 ranks (ms, wall, median of interleaved calls after a barrier; share of raw "
+          "mpi4py's bandwidth; separate: the agreement then MPI's all-reduce, as before the data travelled in the "
+          "agreement's block; agreement: that block alone)")
+    print(f"{'size':>9} {'mpi4py':>9} {'jitorch':>9} {'separate':>9} {'torch gloo':>11} {'agreement':>10} "
+          f"{'jitorch/mpi4py':>15} {'separate/mpi4py':>16}")
     for row in results[2]["allreduce"]:
-        print(f"{row['bytes'] / 2**20:>7.2f}MB {row['mpi4py'] * 1e3:>9.2f} {row['jitorch'] * 1e3:>9.2f} "
-              f"{row['torch'] * 1e3:>11.2f} {row['agreement'] * 1e3:>10.3f} {row['mpi4py'] / row['jitorch']:>14.0%}")
+        size = f"{row['bytes'] / 2**20:.2f}MB" if row["bytes"] >= 1 << 16 else f"{row['bytes']}B"
+        print(f"{size:>9} {row['mpi4py'] * 1e3:>9.3f} {row['jitorch'] * 1e3:>9.3f} {row['separate'] * 1e3:>9.3f} "
+              f"{row['torch'] * 1e3:>11.3f} {row['agreement'] * 1e3:>10.3f} {row['mpi4py'] / row['jitorch']:>14.0%} "
+              f"{row['mpi4py'] / row['separate']:>15.0%}")
+    if args.allreduce:
+        return
     print("\nDDP training step of an MLP, the same batch per rank (ms; efficiency = 1-rank time / 2-rank time)")
     print(f"{'system':>17} {'1 rank':>8} {'2 ranks':>8} {'efficiency':>11}")
     for system in ("jitorch eager", "jitorch compiled", "torch eager"):

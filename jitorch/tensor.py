@@ -22,7 +22,7 @@ from .runtime.autocast_mode import STATE as _AUTOCAST_STATE
 from .runtime.casts import copy_into
 from .runtime.device import CPU, to_device
 from .runtime.grad_mode import GRAD_OFF as _GRAD_OFF, INFERENCE_OPEN as _INFERENCE_OPEN, _state as _grad_state
-from .runtime import profiling as _profiling
+from .runtime import profiling as _profiling, shared_memory as _shared_memory
 from .runtime.layout import strided
 from .runtime.storage import Storage, storage_of_array
 from .runtime.strided import contiguous_strides, is_contiguous, wrap_dim
@@ -665,7 +665,7 @@ class Tensor:
     def share_memory_(self):
         """Move this tensor's storage into shared memory, where other processes (jitorch.multiprocessing) map it
         without a copy. A no-op when it is there already, and for CUDA tensors, which are shared when sent."""
-        self._storage.share_memory_()
+        _shared_memory.share_tensors([self])
         return self
 
     def is_shared(self):

@@ -1,9 +1,12 @@
 """torch.distributed's collectives and point-to-point ops: CPU tensors run by MPI, CUDA tensors by NCCL
 (`nccl_ops`) in groups of backend "nccl".
 
-Each call first checks, with one small all-reduce on the group's MPI communicator (`Agreement`), that every rank
-of the group called the same collective with tensors of the same dtype and shape (RuntimeError naming each
-rank's otherwise: MPI and NCCL would hang or mix data), on CUDA tensors through NCCL too.
+Each call first checks, with one all-gather of a fixed-size block per rank on the group's MPI communicator
+(`Agreement`), that every rank of the group called the same collective with tensors of the same dtype and shape
+(and, for a reduction, the same op): RuntimeError on every rank, naming each rank's call, otherwise (MPI and NCCL
+would hang or mix data), on CUDA tensors through NCCL too. An all-reduce of a CPU tensor whose bytes fit in the
+block (`INLINE`) travels in it, so the check and the data take one message, and is reduced from the gathered
+blocks once the check has passed.
 Contiguous tensors are MPI's buffers themselves; others go through a contiguous copy.
 """
 
@@ -11,7 +14,6 @@ from __future__ import annotations
 
 import functools
 import inspect
-import zlib
 
 import numpy as np
 
@@ -20,7 +22,10 @@ from . import nccl_ops
 from .mpi_backend import check_pairs, is_bfloat16, mpi, op_of, reducible, wait
 from .process_group import GroupMember, ReduceOp, members_only, outside, resolve
 
-_SIGNATURE = 12  # int64s per rank: kind, dtype, ndim, up to 9 dims
+_HEADER = 16  # int64s of a call's description: kind, dtype, ndim, up to 9 dims, reduce op, 3 unused
+BLOCK = 4096  # bytes every rank gives a call's agreement: the header, then up to INLINE bytes of data
+INLINE = BLOCK - 8 * _HEADER
+_OPS = tuple(op.value for op in ReduceOp)
 _KINDS = ("all_reduce", "broadcast", "reduce", "all_gather", "all_gather_into_tensor", "reduce_scatter_tensor",
           "gather", "scatter", "all_to_all_single", "barrier", "object")
 _DTYPES = ("bool", "uint8", "int8", "int16", "int32", "int64", "float16", "bfloat16", "float32", "float64",
@@ -156,16 +161,14 @@ def _dtype_name(tensor):
     return str(tensor.dtype).removeprefix("jitorch.")
 
 
-def _agree(pg, kind, tensor, what, shape=True):
-    """Raise when the ranks called different collectives or gave tensors of different dtypes or shapes."""
-    _agreeing(pg, kind, tensor, what, shape).check()
-
-
-def _agreeing(pg, kind, tensor, what, shape=True):
-    """`_agree` started: its ``check()`` waits and raises (the caller prepares its buffers meanwhile)."""
+def _agree(pg, kind, tensor, what, shape=True, op=None):
+    """Raise when the ranks called different collectives, gave tensors of different dtypes or shapes, or
+    different reduce ops (``op``, a `ReduceOp` of a reduction)."""
     if tensor is None:
-        return Agreement(pg, kind, None, (), what)
-    return Agreement(pg, kind, tensor.dtype, tuple(tensor._shape) if shape else (), what)
+        Agreement(pg, kind, None, (), what).check()
+    else:
+        Agreement(pg, kind, tensor.dtype, tuple(tensor._shape) if shape else (), what,
+                  None if op is None else op.value).check()
 
 
 def agree(pg, kind, dtype, shape, what):
@@ -174,54 +177,77 @@ def agree(pg, kind, dtype, shape, what):
 
 
 @functools.lru_cache(maxsize=256)
-def _signature(kind, dtype, shape):
-    """(row of int64s, [digest, -digest]) describing a call: its kind, dtype (a jitorch dtype or its name) and
-    shape. The digests are MPI's send buffer as they are (read-only: every call of this signature shares them)."""
-    row = np.zeros(_SIGNATURE, np.int64)
+def _header(kind, dtype, shape, op):
+    """The bytes describing a call (`_HEADER` int64s): its kind, dtype (a jitorch dtype or its name), shape and
+    reduce op (a name, or None)."""
+    row = np.zeros(_HEADER, np.int64)
     row[0] = _KINDS.index(kind)
     if dtype is not None:
         row[1] = 1 + _DTYPES.index(dtype if dtype.__class__ is str else str(dtype).removeprefix("jitorch."))
         row[2] = len(shape)
         row[3:3 + min(len(shape), 9)] = shape[:9]
-    data = row.tobytes()
-    digest = (zlib.crc32(data) << 30) ^ zlib.adler32(data)  # the same in every process (hash() is salted)
-    digests = np.array([digest, -digest], np.int64)
-    digests.flags.writeable = False
-    return row, digests
+    row[12] = 0 if op is None else 1 + _OPS.index(op)
+    return row.tobytes()
+
+
+class _Blocks:
+    """A group's agreement buffers: this rank's block, every rank's (a row each), and views of their headers."""
+
+    def __init__(self, size):
+        self.mine = np.zeros(BLOCK, np.uint8)
+        self.everyone = np.empty((size, BLOCK), np.uint8)
+        self.writable = memoryview(self.mine)
+        flat = memoryview(self.everyone).cast("B")
+        self.headers = [flat[r * BLOCK:r * BLOCK + 8 * _HEADER] for r in range(size)]
 
 
 class Agreement:
-    """Whether every rank describes its call alike, by one non-blocking all-reduce of two numbers: the MAX of
-    each rank's digest of (kind, dtype, shape) and of its negation, equal and opposite only when every rank
-    gave the same digest. Only when they differ do the ranks gather the whole descriptions, to say how.
+    """Whether every rank describes its call alike: one non-blocking all-gather of a `BLOCK` of bytes per rank,
+    its header (kind, dtype, shape, op) and, for an all-reduce of at most `INLINE` bytes, its data (``data``, a
+    1-D contiguous array), so that the check and the data take one message. The block's size is the same for
+    every call, so ranks that called different collectives, or gave different sizes, still exchange whole blocks
+    and each sees every other's header: all raise, naming each rank's call, and no rank's output is written.
 
     Every call needs it, and before its data moves: a rank that skipped it (say, for a signature the ranks
     agreed on before) while another called with a new one would pair one rank's data with the other's
     agreement in MPI's order of collectives, and MPI's result for collectives of different sizes is undefined
-    (a hang, or memory written past a buffer). Measured on 2 ranks, it adds one round trip of 16 bytes
-    (3-5 us) to a call."""
+    (a hang, or memory written past a buffer)."""
 
-    def __init__(self, pg, kind, dtype, shape, what):
+    def __init__(self, pg, kind, dtype, shape, what, op=None, data=None):
         self.pg, self.what = pg, what
-        self.row, digests = _signature(kind, dtype, shape)
-        if pg.signatures is None:
-            pg.signatures = np.empty(2, np.int64)
-        self.extremes = pg.signatures  # one agreement at a time per group: each is checked before its call ends
-        self.request = pg.comm.Iallreduce(digests, self.extremes, op_of("MAX"))
+        self.header = _header(kind, dtype, shape, op)
+        blocks = pg.signatures
+        if blocks is None:  # one agreement at a time per group: each is checked before its call ends
+            blocks = pg.signatures = _Blocks(pg.size())
+        self.blocks = blocks
+        blocks.writable[:8 * _HEADER] = self.header
+        if data is not None:
+            blocks.writable[8 * _HEADER:8 * _HEADER + data.nbytes] = memoryview(data).cast("B")
+        self.request = pg.comm.Iallgather(blocks.mine, blocks.everyone)
 
     def check(self):
-        """Wait for the other ranks' digests; RuntimeError naming each rank's call when they differ."""
+        """Wait for the other ranks' blocks; RuntimeError naming each rank's call when they differ."""
         wait(self.request, self.pg.timeout, self.what)
-        if self.extremes[0] == -self.extremes[1]:
+        header = self.header
+        for other in self.blocks.headers:
+            if other != header:
+                break
+        else:
             return
-        everyone = np.empty((self.pg.size(), _SIGNATURE), np.int64)
-        wait(self.pg.comm.Iallgather(self.row, everyone), self.pg.timeout, self.what)
+        headers = self.blocks.everyone[:, :8 * _HEADER].view(np.int64)
+        row = np.frombuffer(header, np.int64)
+        ops_only = (headers[:, :12] == row[:12]).all()
         described = []
-        for rank, row in zip(self.pg.ranks, everyone):
+        for rank, row in zip(self.pg.ranks, headers):
             name = _DTYPES[row[1] - 1] if row[1] else "-"
-            described.append(f"rank {rank}: {_KINDS[row[0]]}({name}{[int(n) for n in row[3:3 + row[2]]]})")
-        raise RuntimeError(f"{self.what}: the ranks disagree on the collective or on the tensors' dtype and shape: "
-                           + "; ".join(described))
+            op = f", {_OPS[row[12] - 1]}" if ops_only and row[12] else ""
+            described.append(f"rank {rank}: {_KINDS[row[0]]}({name}{[int(n) for n in row[3:3 + row[2]]]}{op})")
+        disagree = "the reduce op" if ops_only else "the collective or on the tensors' dtype and shape"
+        raise RuntimeError(f"{self.what}: the ranks disagree on {disagree}: " + "; ".join(described))
+
+    def data(self, dtype, count):
+        """Every rank's inline data (``count`` elements of NumPy ``dtype``), a row per rank in rank order."""
+        return self.blocks.everyone[:, 8 * _HEADER:8 * _HEADER + count * dtype.itemsize].view(dtype)
 
 
 def _buffer(tensor, reducing):
@@ -267,15 +293,47 @@ def all_reduce(tensor, op=ReduceOp.SUM, group=None, async_op=False):
     op = _averaging(op, tensor, what)
     pg = resolve(group)
     nccl = _on_nccl(pg, tensor, what)
-    agreement = _agreeing(pg, what, tensor, what)
     if nccl:
-        agreement.check()
+        _agree(pg, what, tensor, what, op=op)
         return nccl_ops.all_reduce(pg, tensor, op, async_op)
     array, write_back = _buffer(tensor, reducing=True)
-    mpi_op = op_of(op.value, array.dtype)
+    request = all_reduce_started(pg, array, op, tensor.dtype, tuple(tensor._shape), what)
+    finish = _finisher(op, array, pg.size(), write_back)
+    return _run(pg, [] if request is None else [request], finish, async_op, what, [tensor])
+
+
+def all_reduce_started(pg, array, op, dtype, shape, what):
+    """Agree on an all-reduce of ``dtype`` and ``shape`` with ``op`` (a `ReduceOp`; AVG sums, the caller divides)
+    and reduce ``array`` (contiguous, MPI-reducible) in place over the ranks: here, from the agreement's blocks in
+    rank order (every rank computes the same values) when it fits in one (`INLINE`), returning None; else
+    returning MPI's started all-reduce, once the agreement has passed."""
+    name = op.value
+    if array.nbytes <= INLINE:
+        flat = array.reshape(-1)
+        agreement = Agreement(pg, "all_reduce", dtype, shape, what, name, flat)
+        agreement.check()
+        _reduce_rows(name, agreement.data(array.dtype, array.size), flat)
+        return None
+    agreement = Agreement(pg, "all_reduce", dtype, shape, what, name)
+    mpi_op = op_of(name, array.dtype)
     agreement.check()
-    request = pg.comm.Iallreduce(mpi().IN_PLACE, array, mpi_op)
-    return _run(pg, [request], _finisher(op, array, pg.size(), write_back), async_op, what, [tensor])
+    return pg.comm.Iallreduce(mpi().IN_PLACE, array, mpi_op)
+
+
+def _reduce_rows(name, rows, out):
+    """ReduceOp ``name`` over ``rows`` (one per rank) into ``out``, first row to last, as MPI's all-reduce
+    (`op_of`) reduces them: booleans as logic, numbers as arithmetic (integers wrapping), MIN and MAX keeping a
+    NaN of any rank. (AVG sums: the caller divides.)"""
+    if rows.dtype.kind == "b":
+        _LOGICAL_UFUNCS[name].reduce(rows, axis=0, out=out)
+    else:
+        _UFUNCS[name].reduce(rows, axis=0, out=out, dtype=rows.dtype)
+
+
+_UFUNCS = {"SUM": np.add, "AVG": np.add, "PRODUCT": np.multiply, "MIN": np.minimum, "MAX": np.maximum,
+           "BAND": np.bitwise_and, "BOR": np.bitwise_or, "BXOR": np.bitwise_xor}
+_LOGICAL_UFUNCS = {"SUM": np.logical_or, "MAX": np.logical_or, "BOR": np.logical_or, "PRODUCT": np.logical_and,
+                   "MIN": np.logical_and, "BAND": np.logical_and, "BXOR": np.logical_xor}
 
 
 def started_all_reduce(tensor, group=None):
@@ -312,7 +370,7 @@ def reduce(tensor, dst=None, op=ReduceOp.SUM, group=None, async_op=False, group_
     pg = resolve(group)
     root = _root(pg, dst, group_dst)
     nccl = _on_nccl(pg, tensor, what)
-    _agree(pg, what, tensor, what)
+    _agree(pg, what, tensor, what, op=op)
     if nccl:
         return nccl_ops.reduce(pg, tensor, root, op, async_op)
     array, write_back = _buffer(tensor, reducing=True)
@@ -417,7 +475,7 @@ def reduce_scatter_tensor(output, input, op=ReduceOp.SUM, group=None, async_op=F
     _whole(input, pg.size() * output.numel(), what, "input")
     _one_dtype([input, output], what, RuntimeError)
     nccl = _on_nccl(pg, input, what)
-    _agree(pg, what, input, what)
+    _agree(pg, what, input, what, op=op)
     if nccl:
         return nccl_ops.reduce_scatter_tensor(pg, output, input, op, async_op)
     array, _ = _buffer(input, reducing=True)

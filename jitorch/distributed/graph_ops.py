@@ -12,9 +12,9 @@ from __future__ import annotations
 import numpy as np
 
 from ..ops.registry import OPS, TensorSpec, defop
-from .collectives import agree
-from .mpi_backend import mpi, op_of, reducible, wait
-from .process_group import group_by_id
+from .collectives import agree, all_reduce_started
+from .mpi_backend import reducible, wait
+from .process_group import ReduceOp, group_by_id
 
 
 def _same_spec(x, *args):
@@ -23,9 +23,10 @@ def _same_spec(x, *args):
 
 def _all_reduce_cpu(spec, x, op, group):
     pg = group_by_id(group)
-    agree(pg, "all_reduce", x.dtype.name, x.shape, "all_reduce (in a compiled graph)")
     out = np.ascontiguousarray(reducible(x)).copy()
-    wait(pg.comm.Iallreduce(mpi().IN_PLACE, out, op_of(op, out.dtype)), pg.timeout, "all_reduce")
+    request = all_reduce_started(pg, out, ReduceOp(op), x.dtype.name, x.shape, "all_reduce (in a compiled graph)")
+    if request is not None:
+        wait(request, pg.timeout, "all_reduce")
     if op == "AVG":
         out /= pg.size()
     return out.astype(x.dtype, copy=False)

@@ -8,6 +8,7 @@ those reduce through float32 copies.
 
 from __future__ import annotations
 
+import functools
 import os
 import time
 
@@ -39,7 +40,10 @@ def op_of(name, dtype=None):
     """The MPI reduction for one of ReduceOp's names (AVG sums; the caller divides) on arrays of NumPy ``dtype``.
 
     MPI's arithmetic reductions reject booleans (MPICH: "Invalid MPI_Op"), which torch reduces as logic: SUM and
-    MAX as OR, PRODUCT and MIN as AND (measured on torch's gloo), BXOR as XOR; those use MPI's logical ones."""
+    MAX as OR, PRODUCT and MIN as AND (measured on torch's gloo), BXOR as XOR; those use MPI's logical ones.
+    MIN and MAX of floating point arrays keep a NaN of any rank (`_propagating_nan`)."""
+    if dtype is not None and dtype.kind == "f" and name in ("MIN", "MAX"):
+        return _propagating_nan(name, dtype.str)
     if not _OPS:
         MPI = mpi()
         _OPS.update(SUM=MPI.SUM, AVG=MPI.SUM, PRODUCT=MPI.PROD, MIN=MPI.MIN, MAX=MPI.MAX, BAND=MPI.BAND,
@@ -51,6 +55,21 @@ def op_of(name, dtype=None):
 
 _OPS: dict = {}  # filled on first use: reading MPI's constants initialises MPI
 _LOGICAL: dict = {}  # the same for boolean arrays
+
+
+@functools.lru_cache(maxsize=None)
+def _propagating_nan(name, dtype):
+    """An MPI reduction of arrays of NumPy ``dtype`` (a string): NumPy's ``minimum`` or ``maximum``, which keep a
+    NaN of any rank. It is associative, so every algorithm and every number of ranks gives the same values (MPI's
+    own MIN and MAX keep a NaN of the higher rank only; torch's gloo compares in its algorithm's order, so which
+    NaN it keeps depends on the ranks' order and number)."""
+    dtype = np.dtype(dtype)
+    ufunc = np.maximum if name == "MAX" else np.minimum
+
+    def combine(mine, theirs, datatype):
+        out = np.frombuffer(theirs, dtype)
+        ufunc(np.frombuffer(mine, dtype), out, out=out)
+    return mpi().Op.Create(combine, commute=True)
 
 
 def is_bfloat16(dtype):

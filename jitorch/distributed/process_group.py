@@ -44,7 +44,7 @@ class ProcessGroup:
         self.ranks = list(ranks)
         self.backend = backend
         self.timeout = timeout
-        self.signatures = None  # the buffer collectives compare their signatures in (`collectives.Agreement`)
+        self.signatures = None  # the blocks collectives compare their calls in (`collectives.Agreement`)
         self.nccl = {}  # CUDA device index -> `nccl.Communicator` (backend "nccl"), made at its first collective
 
     def rank(self):

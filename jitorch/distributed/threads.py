@@ -1,8 +1,8 @@
 """Ranks that are threads of one process, for NCCL groups driven from one process (one thread per GPU).
 
 A `ThreadWorld` gives each thread a `ThreadComm`: the part of an MPI communicator a process group of CUDA tensors
-uses (its rank and size, a broadcast of a byte buffer, a barrier, and the all-reduce and all-gather of small
-arrays that compare the ranks' calls before each collective), in the same non-blocking form (requests with
+uses (its rank and size, a broadcast of a byte buffer, a barrier, the all-gather of the blocks that compare the ranks'
+calls before each collective, and an all-reduce of small arrays), in the same non-blocking form (requests with
 ``Test``), so `process_group.ProcessGroup` and the collectives run unchanged. The CUDA selftest uses it to run
 the NCCL collectives over every GPU of one machine; the test suite, to run them on its fake NCCL.
 """
@@ -107,7 +107,7 @@ class ThreadComm:
 
     def Iallreduce(self, sendbuf, recvbuf, op):  # noqa: N802
         """The element-wise maximum of the ranks' ``sendbuf`` into ``recvbuf``: ``op`` is MPI.MAX, the only
-        reduction a thread world makes (`collectives.Agreement`'s; NCCL reduces the tensors)."""
+        reduction a thread world makes (DDP's check of unused parameters; NCCL reduces the tensors)."""
         if op is not op_of("MAX"):
             raise NotImplementedError("a thread world's all-reduce takes MPI.MAX only")
 

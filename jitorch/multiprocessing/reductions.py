@@ -87,6 +87,7 @@ def reduce_tensor(tensor):
                                      index, *geometry)
     if tensor.device.type != "cpu":
         raise RuntimeError(_device_error(tensor.device))
+    shared_memory.share_tensors([tensor])  # before its storage's reducer, which would search for the tensors on it
     return rebuild_tensor, (type(tensor), tensor.untyped_storage(), *geometry)
 
 

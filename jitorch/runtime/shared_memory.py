@@ -7,8 +7,9 @@ mappings, so the memory is freed when the last process lets go of it: there is n
 leaks when a process is killed.
 
 Moving a storage into shared memory replaces its buffer (as torch's ``share_memory_`` does). Every tensor on it
-keeps its storage object, so it reads the new buffer, once its cached NumPy view (``Tensor._arr``) is dropped;
-the tensors holding such views are found with one scan of the garbage collector's referrers per call.
+keeps its storage object, so it reads the new buffer once its cached NumPy view (``Tensor._arr``) is dropped.
+`share_tensors` finds those tensors from the ones it is given, in proportion to them (`_forget_old_arrays`), and
+searches the garbage collector's referrers only for a storage that something it cannot name refers to.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from __future__ import annotations
 import gc
 import mmap
 import os
+import sys
 import weakref
 
 import numpy as np
@@ -83,8 +85,22 @@ def share_storages(storages):
     """Move each CPU storage that is not shared yet into a memory file of its own, in place.
 
     Storages on other devices are left alone (CUDA memory is shared through IPC handles when sent, as in
-    torch), as are meta storages, which have no elements.
+    torch), as are meta storages, which have no elements. The caller holds the storages, so the tensors on
+    them are searched for among the garbage collector's referrers (`share_tensors` does without).
     """
+    moved = _move(storages)
+    if moved:
+        _drop_stale_views(moved)
+
+
+def share_tensors(tensors):
+    """`share_storages` of these tensors' storages; the tensors on them forget their arrays of the old buffers
+    at a cost in proportion to the tensors found (`_forget_old_arrays`)."""
+    _forget_old_arrays(_move([t._storage for t in tensors]), tensors)
+
+
+def _move(storages):
+    """The root storages among (or under) ``storages`` that this call moved into shared memory."""
     moved = []
     with _lock:
         for storage in storages:
@@ -97,8 +113,57 @@ def share_storages(storages):
             root.replace_buffer(data)
             _adopt(root, shared)
             moved.append(root)
-    if moved:
-        _drop_stale_views(moved)
+    return moved
+
+
+def _references_besides(obj, known):
+    """How many references to ``obj`` there are besides ``known`` ones, for a caller that passes a local
+    variable of its own (counted in ``known``): what the call itself adds is measured once (`_CALL`)."""
+    return sys.getrefcount(obj) - known - _CALL
+
+
+def _measure_call():
+    probe = object()
+    return _references_besides(probe, 1)
+
+
+_CALL = 0
+_CALL = _measure_call()
+
+
+def _forget_old_arrays(roots, tensors):
+    """Make every tensor on the moved root storages ``roots`` (a list this call empties) forget its array of the
+    old buffer, finding them without a search of the whole process: the candidates are ``tensors``, their bases
+    and the views their bases keep (``Tensor._views``). Each storage's references are then counted
+    (``sys.getrefcount``): when the candidates on it and this frame's own reference account for all of them, no
+    other tensor can be on it; otherwise (a detached alias, a view its base does not keep, a reinterpretation of
+    its memory as another dtype) its referrers are searched (`_drop_stale_views`).
+    """
+    candidates = _candidates(tensors)
+    while roots:
+        root = roots.pop()  # this frame's one reference to it (`_references_besides`)
+        on_it = [t for t in candidates if t._storage is root]
+        if _references_besides(root, 1 + len(on_it)):
+            _drop_stale_views([root])
+            continue
+        for t in on_it:
+            t._arr = None
+
+
+def _candidates(tensors):
+    """``tensors``, their bases and the views each base keeps, without repeats."""
+    found, seen, queue = [], set(), list(tensors)
+    while queue:
+        t = queue.pop()
+        if t is None or id(t) in seen:
+            continue
+        seen.add(id(t))
+        found.append(t)
+        queue.append(t._base)
+        views = t._views
+        if views:
+            queue += [ref() for ref in views]
+    return found
 
 
 def _drop_stale_views(roots):
@@ -134,7 +199,7 @@ def new_shared(storage_type, count, dtype):
 def handle(storage):
     """What another process needs to map ``storage``: (descriptor, byte size), sharing it first if needed."""
     root = getattr(storage, "root", storage)
-    share_storages([root])
+    share_storages([root])  # (the tensor's reducer shares its tensor first, `share_tensors`)
     shared = _SHARED[root]
     return shared.fd, shared.nbytes
 

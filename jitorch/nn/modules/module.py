@@ -14,7 +14,7 @@ from ...compiler import guard, is_compiling
 from ...jit.errors import trace_error
 from ...runtime import dtypes as _dt
 from ...runtime.device import device as _device
-from ...runtime.shared_memory import share_storages
+from ...runtime.shared_memory import share_tensors
 from ...tensor import Tensor
 from ..parameter import Parameter
 from .hooks import BackwardHook
@@ -511,7 +511,7 @@ class Module:
         """Move every parameter, gradient and buffer into shared memory (``Tensor.share_memory_``), all in one
         go, so processes given this module (jitorch.multiprocessing) update the same tensors; returns self."""
         tensors = [t for p in self.parameters() for t in (p, p.grad) if t is not None] + list(self.buffers())
-        share_storages([t._storage for t in tensors])
+        share_tensors(tensors)
         return self
 
     def to(self, *args, **kwargs):
