@@ -432,7 +432,7 @@ class EagerStep:
                      f"{src.name(self.slices[node], 'g')})", indent)
             return
         if out in self.into_fresh:
-            src.emit(f"env[{src.name(out, 'v')}] = _fresh({src.name(out, 'v')})", indent)
+            _emit_fresh(src, out, indent)
         if out in self.into_arena or out in self.into_fresh:
             arrays = ", ".join("None" if isinstance(a, Value) and a in self.unfilled else _array_expression(src, a)
                                for a in node.args)
@@ -478,7 +478,7 @@ class ProductPair(EagerStep):
             return
         for node in self.nodes:
             if node.outputs[0] in self.into_fresh:
-                src.emit(f"env[{src.name(node.outputs[0], 'v')}] = _fresh({src.name(node.outputs[0], 'v')})", indent)
+                _emit_fresh(src, node.outputs[0], indent)
         products = ", ".join(f"({', '.join(_array_expression(src, a) for a in node.args)}, "
                              f"env[{src.name(node.outputs[0], 'v')}]._array())" for node in self.nodes)
         if src.profiled:
@@ -489,6 +489,11 @@ class ProductPair(EagerStep):
 
     def __repr__(self):
         return f"<at once {' '.join(n.op.name for n in self.nodes)}>"
+
+
+def _emit_fresh(src, value, indent):
+    """The generated call's line binding ``value`` to new memory (`_fresh`), which a writer then fills."""
+    src.emit(f"env[{src.name(value, 'v')}] = _fresh({src.name(value, 'v')})", indent)
 
 
 def _joins_run(step):
