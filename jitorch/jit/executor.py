@@ -367,6 +367,7 @@ class EagerStep:
         # a view of a compact value has a geometry known now: at run time it is a tensor header only
         self.geometry = {}  # filled by the plan: see _static_views
         self.into_arena = set()  # filled by the plan: the outputs a writer computes into their arena buffer
+        self.into_fresh = set()  # filled by the plan: products' results that leave the call, written into new memory
         self.unfilled = set()  # filled by the plan: zeros not filled, whose one reader starts from zeros itself
         # filled by `fold_copies_into_cats`: a cat's inputs whose copy kernel is gone, each as (the copy's source,
         # the copied value's geometry over it), and per such cat node, where each input goes (`cat_slices`)
@@ -402,7 +403,7 @@ class EagerStep:
             if src.profiled:  # each node a span of its own: "external" where it writes into the arena (BLAS)
                 src.emit("_s = _clock()", indent)
                 self._emit_node(src, node, indent)
-                kind = "external" if node.outputs[0] in self.into_arena else "eager_step"
+                kind = "external" if node.outputs[0] in self.into_arena | self.into_fresh else "eager_step"
                 name = (self.producers[node][0] if node in self.producers else node).op.name  # (what takes the time)
                 src.emit(f"_r.span({name!r}, {kind!r}, _s, {src.name({'reason': self.reason}, 'c')})", indent)
             else:
@@ -430,7 +431,9 @@ class EagerStep:
             src.emit(f"_cat_pieces_into([{arrays}], env[{src.name(out, 'v')}]._array(), "
                      f"{src.name(self.slices[node], 'g')})", indent)
             return
-        if out in self.into_arena:
+        if out in self.into_fresh:
+            _emit_fresh(src, out, indent)
+        if out in self.into_arena or out in self.into_fresh:
             arrays = ", ".join("None" if isinstance(a, Value) and a in self.unfilled else _array_expression(src, a)
                                for a in node.args)
             writer = src.name(_WRITERS_INTO[node.op.name][1], "writer")
@@ -465,13 +468,17 @@ class EagerStep:
 
 
 class ProductPair(EagerStep):
-    """Two independent matrix products run at once, each on one thread (`interop.pair_products`); one after the
-    other where either result has no arena buffer (its eager kernel makes it)."""
+    """Two independent matrix products run at once, each on one thread (`interop.pair_products`), each into its
+    arena buffer or, where it leaves the call (a backward graph's weight gradient), new memory; one after the
+    other where either result has neither (its eager kernel makes it)."""
 
     def emit(self, src, indent):
-        if not all(node.outputs[0] in self.into_arena for node in self.nodes):
+        if not all(node.outputs[0] in self.into_arena | self.into_fresh for node in self.nodes):
             super().emit(src, indent)
             return
+        for node in self.nodes:
+            if node.outputs[0] in self.into_fresh:
+                _emit_fresh(src, node.outputs[0], indent)
         products = ", ".join(f"({', '.join(_array_expression(src, a) for a in node.args)}, "
                              f"env[{src.name(node.outputs[0], 'v')}]._array())" for node in self.nodes)
         if src.profiled:
@@ -482,6 +489,11 @@ class ProductPair(EagerStep):
 
     def __repr__(self):
         return f"<at once {' '.join(n.op.name for n in self.nodes)}>"
+
+
+def _emit_fresh(src, value, indent):
+    """The generated call's line binding ``value`` to new memory (`_fresh`), which a writer then fills."""
+    src.emit(f"env[{src.name(value, 'v')}] = _fresh({src.name(value, 'v')})", indent)
 
 
 def _joins_run(step):
@@ -713,6 +725,9 @@ class Plan:
             if isinstance(step, EagerStep):
                 step.geometry = _static_views(step.nodes, views, layouts)
                 step.into_arena = {v for v in step.writers() if v in self.slots}
+                step.into_fresh = {n.outputs[0] for n in step.nodes if n.op.name in _PRODUCTS
+                                   and n.outputs[0] in escaping and self._fresh_result(n.outputs[0], root, inputs,
+                                                                                     layouts, step)}
         unfilled = self._unfilled(steps, root, last_use, escaping)
         for step in steps:
             if isinstance(step, EagerStep):
@@ -731,6 +746,13 @@ class Plan:
                                       if i >= len(step.inputs) and v not in self.slots and v not in self.inplace]
                 step.inplace_outputs = [(i, v, self.inplace[v]) for i, v in enumerate(args)
                                         if i >= len(step.inputs) and v in self.inplace]
+
+    def _fresh_result(self, v, root, inputs, layouts, step):
+        """Whether a product's result that leaves the call may be written by `_WRITERS_INTO`'s writer into new
+        C-contiguous memory (`_fresh`), as eager's product makes it: a value of its own memory (no view's, no
+        input's, none updated in place), laid out so (not in ``layouts``), that no arena buffer holds."""
+        return (v in step.writers() and v not in self.slots and root.get(v, v) is v and v not in self.inplace
+                and v not in inputs and v not in layouts)
 
     def _unfilled(self, steps, root, last_use, escaping):
         """The zeros (``zeros``, ``new_zeros`` written into the arena) that a call does not fill: their one
@@ -1373,7 +1395,8 @@ class CompiledGraph:
             if hasattr(step, "kernel"):
                 spans.append((step.kernel.name, "kernel"))
             else:
-                spans.extend((n.op.name, "external" if n.outputs[0] in step.into_arena else "eager_step")
+                spans.extend((n.op.name, "external" if n.outputs[0] in step.into_arena | step.into_fresh
+                              else "eager_step")
                              for n in step.nodes if n.outputs[0] not in step.unfilled)
         return spans
 
