@@ -553,8 +553,10 @@ class _Native:
         module = llvm.parse_assembly(text)
         module.triple = llvm.get_process_triple()
         module.verify()
+        # (at LLVM's -O0: this code waits, forks and calls, and each process compiles it before its first product;
+        # the optimising code generator took 20 ms of CPU for it here, against 4 ms at -O0)
         self.engine = llvm.create_mcjit_compiler(
-            module, llvm.Target.from_triple(module.triple).create_target_machine())
+            module, llvm.Target.from_triple(module.triple).create_target_machine(opt=0))
         self.engine.finalize_object()
         word, i32, i64 = ctypes.c_void_p, ctypes.c_int32, ctypes.c_int64
 
