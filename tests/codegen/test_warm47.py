@@ -3,20 +3,15 @@ the CPU code generator (`cpu.link_runtime_program`, through `threads.set_program
 product runs no LLVM code generation (MCJIT compiled them with the thread team's code: 20-25 ms of the GPT step's
 warm first call with MKL), and a cache entry is untrusted input."""
 
-import os
-import subprocess
-import sys
-from pathlib import Path
-
+import numpy as np
 import pytest
 
 from jitorch.codegen import cpu
 from jitorch.codegen.cache import KernelCache, cache_key
-from jitorch.runtime import threads
+from jitorch.runtime import blas_library, threads
+from tests.jit.test_plan_cache import printed_by_a_fresh_process
 
 pytestmark = pytest.mark.skipif(threads._arch() is None, reason="no native code for programs here")
-
-ROOT = Path(__file__).resolve().parents[2]
 
 PRODUCTS = """
 import numpy as np
@@ -34,21 +29,14 @@ print(ran, one.tobytes() == parts.tobytes() == (a @ b).tobytes(), threads._nativ
 
 
 def printed(script, cache_dir):
-    env = {**os.environ, "JITORCH_CACHE_DIR": str(cache_dir),
-           "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
-    out = subprocess.run([sys.executable, "-c", script], env=env, cwd=ROOT, capture_output=True, text=True,
-                         timeout=240)
-    assert out.returncode == 0, out.stderr[-4000:]
-    return out.stdout.split()
+    return printed_by_a_fresh_process(script, cache_dir).split()
 
 
 def test_a_warm_process_links_the_gemm_call_and_row_program_from_the_cache_and_builds_no_team(tmp_path):
     """A product run as NumPy's gemm call (alone, and as a one-part program) at one thread: the first process makes
     both programs with LLVM and stores them, the next reads both from the cache; neither builds the team's MCJIT
     module, and both compute NumPy's bits."""
-    if printed("from jitorch.runtime import blas_calls, threads; print(threads.gemm_entry() is not None and "
-               "blas_calls.gemm_call(*[__import__('numpy').ones((4, 4), 'f4')] * 2, "
-               "__import__('numpy').empty((4, 4), 'f4')) is not None)", tmp_path / "probe")[0] != "True":
+    if blas_library.gemm_function(np.dtype(np.float32), 0) is None:
         pytest.skip("no OpenBLAS gemm to call here")
     script = PRODUCTS.format(before="")
     assert printed(script, tmp_path) == ["True", "True", "0", "0", "2", "2"]
