@@ -19,6 +19,7 @@ import weakref
 from ..runtime import logs
 from ..runtime.array_address import data_address
 from ..runtime.threads import KERNEL_ENTRY, STEP_PROGRAM, STEP_PROGRAM_IR, bounds, get_num_threads, run_chunks, run_parts
+from ..runtime import threads
 from .errors import CompileError
 from .linker import Linker
 from .llvm_module import optimise_module, optimised_module
@@ -207,9 +208,31 @@ def link_step_program(cache):
     """The `_Code` of `threads.STEP_PROGRAM_IR` for the selected machine, its object code from ``cache`` (checked as
     a cached kernel's is: it defines that function alone and calls nothing) where an earlier process made it, else
     made by LLVM and put there; CompileError where it cannot be linked."""
+    return _link_program("step program", STEP_PROGRAM, STEP_PROGRAM_IR, cache)
+
+
+def link_runtime_program(name, text, cache):
+    """`link_step_program` for one of the runtime's `threads.PROGRAMS` (the function ``name`` of the module
+    ``text``)."""
+    return _link_program(f"runtime program {name}", name, text, cache)
+
+
+def _link_program(what, name, text, cache):
     from .cache import cache_key
-    return _link_text(cache_key("step program", STEP_PROGRAM_IR, target_id()), STEP_PROGRAM, STEP_PROGRAM_IR,
-                      "step program", cache)
+    return _link_text(cache_key(what, text, target_id()), name, text, what, cache)
+
+
+def _runtime_program(name, text):
+    """`threads.set_program_linker` 's linker: `link_runtime_program` 's code (through `program_cache`), or None
+    where it cannot be linked here (logged; the runtime then compiles it with MCJIT)."""
+    try:
+        return link_runtime_program(name, text, program_cache())
+    except (CompileError, RuntimeError) as e:
+        logs.log("codegen", "%s compiled by the runtime: %s", name, e)
+        return None
+
+
+threads.set_program_linker(_runtime_program)
 
 
 @functools.cache

@@ -13,8 +13,11 @@ and its copies are a function of that graph and of the IR's code, which the gene
 the entry keyed by the graph before the copies holds them, as (reader, original) pairs of its node numbers in
 the order the pass makes them, and a compile that finds it makes those copies (`recompute.apply`) without the
 pass's search (`recompute.copies`: 10-12 ms of the GPT-4x128 step's warm first call), giving the graph, value
-names included, that the search gives. Its copies into reductions (`recompute.into_reductions`, one walk over
-the reductions of the graph those copies give) are made anew on every compile.
+names included, that the search gives. So with the ``lse`` pass, which runs first (its rewrites are a function
+of the optimised graph, its layouts and the IR's code): the key is the text of the graph before it, which the
+passes printed (printing the graph again after it took 4-5 ms of the GPT step's warm first call), and the
+entry's node numbers are those of the graph it gives. Its copies into reductions (`recompute.into_reductions`,
+one walk over the reductions of the graph those copies give) are made anew on every compile.
 
 An entry is untrusted input: the kernel cache checks that it is a whole entry made for this key from this
 graph's text (so a foreign, truncated or damaged file is a miss), its size is bounded before it is read,
@@ -47,7 +50,7 @@ from ..ir.printer import print_graph
 from ..runtime import logs
 from ..runtime.forks import module_lock
 
-FORMAT = 3
+FORMAT = 4
 # Graphs of fewer nodes fuse in a few milliseconds at most: no entry is written (nor read) for them.
 MIN_NODES = 64
 # A plan holds a number per node; a bound on the bytes read keeps a damaged or hostile entry from costing
@@ -192,15 +195,16 @@ def fuse_cached(graph, target, store=None, printed=None):
     cache. (An entry whose copies check out but whose plan does not leaves its copies made, which keep the
     graph's meaning, and is written again with the plan fusion finds for them.) The ``lse`` pass runs first, on
     the optimised graph (its copies of a log-softmax input's cone are the original nodes again where no reshape
-    lies between: the passes' cse would merge them back), and the key is the text of the graph it gives."""
-    if lse.run(graph):
-        printed = None  # (the text of the graph before the pass)
+    lies between: the passes' cse would merge them back); the key is the text of the graph before it."""
     if len(graph.nodes) < MIN_NODES:
+        lse.run(graph)
         recompute.run(graph)
         return fuse(graph)
     store = store if store is not None else _store()
+    # (keyed by the graph before the lse pass, whose text the passes printed: see the module docstring)
     text = _graph_text(graph, target_id(target), printed)
     key = cache_key("fusion plan", text)
+    lse.run(graph)
     nodes, stored = len(graph.nodes), _stored(store, key, text, graph)
     if stored is not None:
         made, pairs, plan = stored

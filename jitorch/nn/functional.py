@@ -35,8 +35,8 @@ from jitorch.nn.antialias import resample as antialias_resample
 from jitorch.nn.sampling import affine_grid, cubic_taps, grid_sample
 from jitorch.ops.reductions import moments  # (not var_mean: its mean carries torch's Welford infinities)
 from jitorch.ops.value_checks import check as _check_values
-from jitorch.ops.registry import DISPATCH_HOOKS as _HOOKS, OPS as _OPS, scalar_name
-from jitorch.runtime import cuda_backend, fp_errors
+from jitorch.ops.registry import DISPATCH_HOOKS as _HOOKS, OPS as _OPS, hooks_take_calls, scalar_name
+from jitorch.runtime import cuda_backend, fp_errors, profiling
 from jitorch.runtime.autocast_mode import STATE as _AUTOCAST
 from jitorch.runtime.strided import contiguous_strides, is_contiguous
 
@@ -594,8 +594,11 @@ def _numpy_shortcut(input):
 
 def _backward_records(g):
     """Whether a shortcut's backward must run its composition's rules as ops: the backward records a graph
-    (create_graph), is traced or profiled, runs under autocast, or ``g`` is not on the CPU."""
-    return jt.is_grad_enabled() or bool(_HOOKS) or _AUTOCAST.key is not None or g.device.type != "cpu"
+    (create_graph), is traced (a dispatch hook takes calls), runs under autocast, or ``g`` is not on the CPU. A
+    profiled one computes as it does unprofiled (its node is the profile's span): the rules as ops rounded a GELU
+    gradient otherwise (1 ulp) and took 10x its time."""
+    return (jt.is_grad_enabled() or bool(_HOOKS) and hooks_take_calls() or _AUTOCAST.key is not None
+            or g.device.type != "cpu")
 
 
 def _tiling_pool(input, geo):
@@ -679,7 +682,7 @@ class _MaxPool(jt.autograd.Function):
         (index,) = ctx.saved_tensors
         geo = ctx.geo
         if _backward_records(g):
-            # a backward that records (create_graph), is traced or profiled: the composition's, on an input
+            # a backward that records (create_graph) or is traced: the composition's, on an input
             # whose windows choose what these chose (one 1.0 each, at its index)
             chosen = _tiled_max_backward(np.ones(index.shape, np.float32), index._array(), ctx.shape, geo)
             with jt.enable_grad():
@@ -1801,11 +1804,11 @@ def relu_(input):
 _GELU_CHUNK = 32768
 
 
-def _gelu_shortcut(input):
-    """Whether `gelu` of ``input`` may skip the composition's dispatches: no dispatch hook (a trace or a profile
-    sees the composition) or autocast, a contiguous CPU float tensor with values (a half type takes a kernel
-    or the composition: the NumPy passes are float32's and float64's)."""
-    return (isinstance(input, jt.Tensor) and not _HOOKS and _AUTOCAST.key is None and input.device.type == "cpu"
+def _gelu_shortcut(input, unhooked):
+    """Whether `gelu` of ``input`` may skip the composition's dispatches: ``unhooked`` (no dispatch hook that
+    takes calls: a trace sees the composition), no autocast, a contiguous CPU float tensor with values (a half
+    type takes a kernel or the composition: the NumPy passes are float32's and float64's)."""
+    return (isinstance(input, jt.Tensor) and unhooked and _AUTOCAST.key is None and input.device.type == "cpu"
             and input.dtype.is_floating_point and input._storage._data is not None and input.ndim
             and is_contiguous(input._shape, input._stride))
 
@@ -1857,7 +1860,7 @@ class _Gelu(jt.autograd.Function):
             kernel = _gelu_kernel(form, x.dtype, backward=True)
             if kernel is not None:
                 return jt.Tensor._fresh(kernel(x._array(), np.ascontiguousarray(g._array()))[0], x.dtype), None, None
-        # a backward that records (create_graph), is traced or profiled: the composition's rules as ops
+        # a backward that records (create_graph) or is traced: the composition's rules as ops
         create_graph = jt.is_grad_enabled()
         with jt.enable_grad():
             return jt.autograd.grad(form.fn(x), x, g, create_graph=create_graph)[0], None, None
@@ -1947,7 +1950,17 @@ def gelu(input, approximate="none"):
     if form is None:
         raise RuntimeError("approximate argument must be either none or tanh.")
     _check_floating(input, "GeluKernelImpl")
-    if not _gelu_shortcut(input):
+    if _HOOKS and profiling.RECORDER is not None and not hooks_take_calls():
+        # profiled (the profiler's hook passes every call on): one op, torch's aten::gelu, computed as unprofiled,
+        # not as its composition of ops (whose NumPy float64 Phi took 12 ms at (768, 512) against the kernel's 0.9)
+        return profiling.RECORDER.function("aten::gelu", (input, approximate),
+                                           lambda: _gelu(input, approximate, form, True))
+    return _gelu(input, approximate, form, not _HOOKS)
+
+
+def _gelu(input, approximate, form, unhooked):
+    """`gelu` of a checked call (``unhooked``: `_gelu_shortcut` 's)."""
+    if not _gelu_shortcut(input, unhooked):
         return form.fn(input)
     kernel = _gelu_kernel(form, input.dtype) if input.numel() >= GELU_KERNEL_MIN else None
     if kernel is None and (approximate == "tanh" or input.dtype not in (jt.float32, jt.float64)):

@@ -120,6 +120,12 @@ class Recorder:
         """An op through the registry (``inplace``: its in-place form, ``x.op_()``): ``run()`` performs it."""
         name = f"aten::{op.public_name}_" if inplace and not op.public_name.endswith("_") else \
             f"aten::{op.public_name}"
+        return self.function(name, args, run)
+
+    def function(self, name, args, run):
+        """A call recorded as one op named ``name``: a registry op's (`op`), or a library function's that is no op
+        of the registry (``aten::gelu``: `nn.functional.gelu`), computed as it is unprofiled; ``run()`` performs
+        it."""
         args_info = {}
         if self.record_shapes:
             args_info["Input Dims"] = _shapes(args)

@@ -117,23 +117,22 @@ def chosen():
 
 def _openblas_gemms():
     """(sgemm, dgemm) addresses of the OpenBLAS that NumPy's wheel carries (64-bit integers: the ``64_``
-    symbols), or None where NumPy uses another BLAS."""
-    try:
-        from threadpoolctl import threadpool_info
-    except ImportError:
-        return None
+    symbols), or None where NumPy uses another BLAS. The library is looked for in the wheel's own library folder
+    (``numpy.libs``, ``numpy/.dylibs``), where NumPy loaded it from: asking threadpoolctl which libraries the
+    process loaded took 5-7 ms of the first product (it makes a controller of each of them)."""
+    import glob  # (here: ``import jitorch`` does not need it)
     home = os.path.dirname(os.path.realpath(np.__file__))
-    for info in threadpool_info():
-        path = os.path.realpath(info.get("filepath", ""))
-        if info.get("internal_api") != "openblas" or os.path.dirname(path) not in (home + ".libs",
-                                                                                   os.path.join(home, ".dylibs")):
-            continue
-        lib = ctypes.CDLL(path)
-        for prefix in ("scipy_", ""):
+    for folder in (home + ".libs", os.path.join(home, ".dylibs")):
+        for path in sorted(glob.glob(os.path.join(glob.escape(folder), "*openblas*"))):
             try:
-                return getattr(lib, prefix + "cblas_sgemm64_"), getattr(lib, prefix + "cblas_dgemm64_")
-            except AttributeError:
+                lib = ctypes.CDLL(path)
+            except OSError:
                 continue
+            for prefix in ("scipy_", ""):
+                try:
+                    return getattr(lib, prefix + "cblas_sgemm64_"), getattr(lib, prefix + "cblas_dgemm64_")
+                except AttributeError:
+                    continue
     return None
 
 

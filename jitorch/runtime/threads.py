@@ -496,7 +496,7 @@ _CALLS_RANGE = "  %from = add i64 %lo, 0\n  %to = add i64 %hi, 0"
 # layout (row-major): transA, transB, M, N, K, A, lda, B, ldb, C, ldc (ILP64: 64-bit integers; alpha 1, beta 0).
 _GEMM_WORDS = 13
 _GEMM_IR = """
-define void @jitorch_gemm_call(i8* %a, i64 %lo, i64 %hi) {{
+define void @jitorch_gemm_call(i8* %a, i64 %lo, i64 %hi) nounwind {{
 entry:
   %w = bitcast i8* %a to i64*
 {loads}
@@ -520,7 +520,10 @@ d:
 }}
 """.format(loads="\n".join(f"  %p{j} = getelementptr i64, i64* %w, i64 {j}\n  %w{j} = load i64, i64* %p{j}, align 8"
                            for j in range(_GEMM_WORDS)))
-_TEAM_PROGRAMS_IR = _PROGRAM_IR.format(name="row_program", words=2, ranges=_CALLS_RANGE) + _GEMM_IR
+# The programs (`calls_entry`, `gemm_entry`): modules of one function each that call nothing, so that, as the step
+# program below, a code generator can link them from the kernel cache (`set_program_linker`).
+ROW_PROGRAM_IR = _PROGRAM_IR.format(name="row_program", words=2, ranges=_CALLS_RANGE)
+PROGRAMS = {"jitorch_row_program": ROW_PROGRAM_IR, "jitorch_gemm_call": _GEMM_IR}
 # The step program, a module of its own that calls nothing: a compiled call runs its runs of kernels with it
 # (`jit.kernel_runs`) at any thread count, so the code generator links it as it links a kernel, its object code
 # kept in the kernel cache (`codegen.cpu.step_program`), rather than this module compiling the team's code for it.
@@ -540,22 +543,15 @@ class _Native:
     def __init__(self, arch):
         import llvmlite.binding as llvm
 
-        llvm.initialize_native_target()
-        llvm.initialize_native_asmprinter()
         x86 = arch == "x86_64"
         # x86's pause saves power and lets a hyperthread sibling run while the loop waits
         text = _TEAM_IR.format(futex=_FUTEX[arch], sched_yield=_SCHED_YIELD[arch],
                                pause="call void @llvm.x86.sse2.pause()" if x86 else "",
-                               declare_pause="declare void @llvm.x86.sse2.pause()" if x86 else "") + _TEAM_PROGRAMS_IR
+                               declare_pause="declare void @llvm.x86.sse2.pause()" if x86 else "")
         libc = ctypes.CDLL(None)
         for name in ("syscall", "clock_gettime"):
             llvm.add_symbol(name, ctypes.cast(getattr(libc, name), ctypes.c_void_p).value)
-        module = llvm.parse_assembly(text)
-        module.triple = llvm.get_process_triple()
-        module.verify()
-        self.engine = llvm.create_mcjit_compiler(
-            module, llvm.Target.from_triple(module.triple).create_target_machine())
-        self.engine.finalize_object()
+        self.engine = _mcjit(text)
         word, i32, i64 = ctypes.c_void_p, ctypes.c_int32, ctypes.c_int64
 
         def fn(name, restype, *argtypes):
@@ -570,8 +566,6 @@ class _Native:
         # (PYFUNCTYPE: a test and set, called between Python parts with the GIL held)
         self.claim = ctypes.PYFUNCTYPE(i32, word)(self.engine.get_function_address("jitorch_claim"))
         self.ufunc_program = self.engine.get_function_address("jitorch_ufunc_program")
-        self.row_program = self.engine.get_function_address("jitorch_row_program")
-        self.gemm_call = self.engine.get_function_address("jitorch_gemm_call")
         self.spin_ns = SPIN_US * 1000
         self.crowd_ns = ctypes.c_int64.from_address(self.engine.get_global_value_address("jitorch_crowd_ns"))
         self.crowd_ns.value = CROWD_US * 1000
@@ -584,14 +578,62 @@ class _Native:
         self.hold = ctypes.PYFUNCTYPE(None, word, i64)(self.engine.get_function_address("jitorch_hold"))
 
 
+def _mcjit(text):
+    """An MCJIT engine (alive as long as it is) holding the machine code of the LLVM module ``text``, made at
+    LLVM's -O0: this code waits, forks and calls, and a process compiles it before its first split or product
+    (the optimising code generator took 20 ms of CPU for the team's module here, against 4 ms at -O0)."""
+    import llvmlite.binding as llvm
+
+    llvm.initialize_native_target()
+    llvm.initialize_native_asmprinter()
+    module = llvm.parse_assembly(text)
+    module.triple = llvm.get_process_triple()
+    module.verify()
+    engine = llvm.create_mcjit_compiler(module, llvm.Target.from_triple(module.triple).create_target_machine(opt=0))
+    engine.finalize_object()
+    return engine
+
+
+@functools.cache
+def _arch():
+    """The machine's architecture where there is native code for it (Linux on x86-64 or AArch64), else None:
+    parts then run one after another on the calling thread."""
+    arch = platform.machine().lower().replace("amd64", "x86_64").replace("arm64", "aarch64")
+    return arch if sys.platform == "linux" and arch in _FUTEX else None
+
+
 @functools.cache
 def _native():
-    """The `_Native` code, or None where there is none (not Linux on x86-64 or AArch64): parts then run one
-    after another on the calling thread."""
-    arch = platform.machine().lower().replace("amd64", "x86_64").replace("arm64", "aarch64")
-    if sys.platform != "linux" or arch not in _FUTEX:
+    """The `_Native` code (the team's), or None where there is none (`_arch`)."""
+    arch = _arch()
+    return None if arch is None else _Native(arch)
+
+
+# What links the `PROGRAMS` where a code generator is loaded (`set_program_linker`), else None
+_program_linker = [None]
+
+
+def set_program_linker(link) -> None:
+    """Have ``link(name, text)`` make the programs' machine code from here on: it returns an object whose
+    ``address`` is the function ``name`` of the module ``text`` (kept while the process lives), or None where it
+    cannot, and MCJIT then compiles that module here. The CPU code generator sets its linker when it is imported
+    (`codegen.cpu`), which takes their object code from the kernel cache: a warm process's first product then
+    runs LLVM for none of it (MCJIT compiled them with the team's code, 20-25 ms of the GPT step's first call)."""
+    _program_linker[0] = link
+
+
+@functools.cache
+def _program(name):
+    """(the address of the program ``name`` of `PROGRAMS`, what holds its code), None where there is no native
+    code."""
+    if _arch() is None:
         return None
-    return _Native(arch)
+    link = _program_linker[0]
+    code = link(name, PROGRAMS[name]) if link is not None else None
+    if code is not None:
+        return code.address, code
+    engine = _mcjit(PROGRAMS[name])
+    return engine.get_function_address(name), engine
 
 
 os.register_at_fork(after_in_child=_after_fork_in_child)
@@ -789,7 +831,7 @@ def run_native_parts(entry, arrays):
     """Run the machine code at address ``entry`` (an ``(args, lo, hi)`` entry point that reads only its argument
     array) once per argument array of ``arrays`` (ctypes arrays), at once, as `run_chunks` runs chunks: on the team
     and without the GIL on either side; False where there is no native code (nothing has run)."""
-    if _native() is None:
+    if _arch() is None:
         return False
     parts = [(ctypes.addressof(args), 0, 0) for args in arrays]
     if not _forked(parts, entry):
@@ -802,15 +844,15 @@ def run_native_parts(entry, arrays):
 def gemm_entry():
     """The native entry point of one BLAS gemm call (`_GEMM_IR`, `runtime.blas_calls`), None where there is no
     native code."""
-    native = _native()
-    return None if native is None else native.gemm_call
+    program = _program("jitorch_gemm_call")
+    return None if program is None else program[0]
 
 
 def calls_entry():
     """The native entry point that makes a program's calls in order (`_PROGRAM_IR`'s ``row_program``: the count,
     then per call an ``(args, lo, hi)`` entry point and its argument array), None where there is no native code."""
-    native = _native()
-    return None if native is None else native.row_program
+    program = _program("jitorch_row_program")
+    return None if program is None else program[0]
 
 
 def run_row_program(program, rows, parts):
@@ -820,13 +862,12 @@ def run_row_program(program, rows, parts):
     whose rows are independent of each other's, as a recurrence's batch rows are over all its time steps (one
     fork for the whole loop, rather than one per step). False where there is no native code to run it (the
     caller then makes the calls itself)."""
-    native = _native()
-    if native is None:
+    entry = calls_entry()
+    if entry is None:
         return False
     address = program.__array_interface__["data"][0]
-    if parts < 2 or rows < 2 or not _forked([(address, lo, hi) for lo, hi in bounds(rows, parts)],
-                                            native.row_program):
-        KERNEL_ENTRY(native.row_program)(address, 0, rows)
+    if parts < 2 or rows < 2 or not _forked([(address, lo, hi) for lo, hi in bounds(rows, parts)], entry):
+        KERNEL_ENTRY(entry)(address, 0, rows)
     return True
 
 
