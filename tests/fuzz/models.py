@@ -41,14 +41,14 @@ from __future__ import annotations
 import random
 import warnings
 import zlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import torch
 
 import jitorch
 
-from .oracle import Mismatch, Output, compare_output, record_value
+from .oracle import Mismatch, Output, compare_output, record_value, signature
 
 MODEL_MODES = ("torch", "eager", "compiled")
 TOLERANCE = {"float64": 1e-7, "float32": 1e-4}
@@ -482,26 +482,16 @@ def check_model(program, modes=MODEL_MODES):
 
 def minimise_model(program, mismatch, modes=MODEL_MODES, budget=60):
     """A smaller program (forward lines dropped one at a time, last first, each kept only while the check still
-    fails with ``mismatch``'s key) within ``budget`` checks."""
-    key = mismatch.key()[:2] + (mismatch.what.split(" ")[0] if mismatch.what == "error" else "",)
-    checks = 0
-    changed = True
+    fails as ``mismatch`` did: `oracle.signature`) within ``budget`` checks."""
+    key = signature(mismatch)
+    checks, changed = 0, True
     while changed and checks < budget:
         changed = False
         for i in reversed(range(1, len(program.forward))):
-            line = program.forward[i]
-            if line.startswith(" ") or line.startswith("with"):
-                continue
-            candidate = _without_forward_line(program, i)
+            if program.forward[i].startswith((" ", "with")) or checks >= budget:
+                continue  # (a no_grad block's lines go together or not at all: kept)
+            candidate = replace(program, forward=program.forward[:i] + program.forward[i + 1:])
             checks += 1
-            found = check_model(candidate, modes).mismatches
-            if any(m.key()[:2] + (m.what.split(" ")[0] if m.what == "error" else "",) == key for m in found):
+            if any(signature(m) == key for m in check_model(candidate, modes).mismatches):
                 program, changed = candidate, True
-            if checks >= budget:
-                break
     return program
-
-
-def _without_forward_line(program, i):
-    from dataclasses import replace
-    return replace(program, forward=program.forward[:i] + program.forward[i + 1:])
