@@ -22,7 +22,8 @@ reaching each of the compiler's newest parts (the sums, lse and recompute passes
 forward/backward cut, the attention kernels, GELU traced, reductions' ``out=`` fast path, the fusion forms:
 `reach.PARTS`). ``--models`` checks, per seed, a random small network trained under ``jitorch.compile(model)`` with
 its parameters and inputs written between forward and backward, second losses, retained graphs and gradient
-penalties (`models.generate_model`), against eager jitorch and torch. ``--threads N`` sets jitorch's and torch's
+penalties (`models.generate_model`), against eager jitorch and torch; ``--rows 0.2`` follows 20% of their layers by
+a row softmax. ``--threads N`` sets jitorch's and torch's
 thread counts (``set_num_threads``) for the run.
 """
 
@@ -84,6 +85,8 @@ def main(argv=None):
                         help="count the programs reaching each of the compiler's newest parts (tests/fuzz/reach.py)")
     parser.add_argument("--models", action="store_true",
                         help="check random networks trained under compile(model) (tests/fuzz/models.py)")
+    parser.add_argument("--rows", type=float, default=0.0,
+                        help="with --models, the share of layers a row softmax follows")
     parser.add_argument("--threads", type=int, default=0, help="jitorch's and torch's thread count (0: as set)")
     parser.add_argument("--report", default="fuzz-failures.txt")
     args = parser.parse_args(argv)
@@ -116,7 +119,7 @@ def _burst(args, seconds, modes, table, seen, started, reach):
     seed = args.start
     while time.time() - started < seconds and not (args.programs and programs >= args.programs):
         if args.models:
-            program = generate_model(seed)
+            program = generate_model(seed, args.rows)
             outcome = check_model(program)
         else:
             program, _ = generate(seed, args.statements, table=table, chains=args.chains, out_views=args.out_views,
@@ -131,7 +134,7 @@ def _burst(args, seconds, modes, table, seen, started, reach):
             seen[sig] = seen.get(sig, 0) + 1
             if seen[sig] == 1 and args.models:
                 small = minimise_model(program, first)
-                text = (f"generate_model({seed}) (threads {args.threads or 'as set'}):\n{model_source(small)}"
+                text = (f"generate_model({seed}, rows={args.rows}) (threads {args.threads or 'as set'}):\n{model_source(small)}"
                         + "\n".join(f"  {m}" for m in (check_model(small).mismatches or [first])[:8]))
                 print(f"\nnew failure ({sig[0]} vs {sig[1]}: {sig[2]}):\n{text}\n", flush=True)
                 with open(args.report, "a") as f:

@@ -96,8 +96,9 @@ class _Builder:
     ACTIVATIONS = ("F.relu(h)", "F.gelu(h)", "T.tanh(h)", "T.sigmoid(h)", "F.silu(h)", "F.softplus(h)",
                    "F.leaky_relu(h, 0.1)", "F.elu(h)", "F.gelu(h, approximate='tanh')")
 
-    def __init__(self, rng, lead):
+    def __init__(self, rng, lead, rows=0.0, more=None):
         self.rng = rng
+        self.rows, self.more = rows, more  # the share of layers a row softmax follows, drawn from ``more``
         self.lead = lead          # the leading dims of h: (B,) or (B, S)
         self.init, self.forward, self.tags = [], [], []
         self.linears = {}         # name -> (out, in)
@@ -130,6 +131,17 @@ class _Builder:
                          "two reductions", "exp reductions", "centre", "buffer", "detach", "bias act", "residual",
                          "inplace", "logsumexp"])
         getattr(self, "_" + kind.replace(" ", "_"))()
+        if self.rows and self.more.random() < self.rows:  # (a generator of its own: rows=0 draws what it drew)
+            self._row_softmax()
+
+    def _row_softmax(self):
+        """A softmax or log-softmax over the rows of a value computed pointwise (the row kernel, which reads each
+        row again from cache), its result read by a row sum and the next layer."""
+        if self.more.random() < 0.5:
+            self.forward += ["a = F.softmax(h * 0.5, -1)", "h = a * h - (a * h).sum(-1, keepdim=True)"]
+        else:
+            self.forward.append("h = F.log_softmax(T.tanh(h), -1) + h")
+        self.tag("row softmax")
 
     def _linear(self):
         self.linear(self.rng.choice([3, 4, 5, 7, 8, 9, 17]))
@@ -260,8 +272,8 @@ class _Builder:
         self.tags[-1] = "inplace after linear"
 
 
-def _draw_network(rng, x0_width, lead, x1_width):
-    b = _Builder(rng, lead)
+def _draw_network(rng, x0_width, lead, x1_width, rows, more):
+    b = _Builder(rng, lead, rows, more)
     b.d = x0_width
     b.forward.append("h = x0")
     for _ in range(rng.randint(2, 6)):
@@ -321,8 +333,14 @@ def _draw_scenario(rng, b, inputs):
         lines += [f"L(o[:1], 0).backward(retain_graph={retain})", "R('first')", "L(o[-1:], 1).backward()",
                   "R('second')"]
     elif steps == "double backward":
+        # (frozen parameters: a penalty of an input's gradient through a backward that may read nothing requiring grad)
+        frozen = grads and rng.random() < 0.3
+        if frozen:
+            lines.append("model.requires_grad_(False)")
+            tags.append("frozen")
         forward()
-        wrt = rng.choice(["list(model.parameters())", *(f"[{g}]" for g in grads)])
+        inputs_wrt = [f"[{g}]" for g in grads]
+        wrt = rng.choice(inputs_wrt if frozen else ["list(model.parameters())", *inputs_wrt])
         lines += ["l = L(o, 0)", f"g = T.autograd.grad(l, {wrt}, create_graph=True)",
                   "R('gradient', *g)", "pen = sum((t * t).sum() for t in g)", "(l + pen).backward()",
                   "R('penalised', pen)"]
@@ -334,8 +352,10 @@ def _draw_scenario(rng, b, inputs):
     return lines, tags
 
 
-def generate_model(seed):
-    """The model program of ``seed`` (Python's seeded generator: the same on every machine)."""
+def generate_model(seed, rows=0.0):
+    """The model program of ``seed`` (Python's seeded generators: the same on every machine); a ``rows`` share of its
+    layers followed by a row softmax (`_Builder._row_softmax`, drawn from a generator of their own: ``rows=0``
+    draws the programs drawn before it was an option)."""
     rng = random.Random(seed)
     lead = rng.choice([(3,), (5,), (2, 4), (3, 3)])
     x0_width = rng.choice([4, 5, 6, 8, 17])
@@ -343,7 +363,7 @@ def generate_model(seed):
     inputs = [("x0", lead + (x0_width,), rng.random() < 0.6)]
     if x1_width:
         inputs.append(("x1", lead + (x1_width,), rng.random() < 0.4))
-    b = _draw_network(rng, x0_width, lead, x1_width)
+    b = _draw_network(rng, x0_width, lead, x1_width, rows, random.Random(f"{seed} rows"))
     outputs = ["h"] + list(dict.fromkeys(b.extra))[:1]
     scenario, steps = _draw_scenario(rng, b, inputs)
     optimizer = rng.choice(["T.optim.SGD(model.parameters(), lr=0.1)",
