@@ -232,13 +232,19 @@ class _Builder:
         self.tag("batch centre")
 
     def _buffer(self):
-        """A running mean written under no_grad in the forward, then subtracted."""
+        """A running mean written under no_grad in the forward, then subtracted (the compiled call runs eagerly: its
+        outputs depend on values it overwrites), or, as a batch norm's running statistics in training, written and
+        not read (the call is cut into a forward writing the buffer and a backward). Which, drawn from ``more``."""
         name = self.name().replace("p", "b")
         dims = "0" if len(self.lead) == 1 else "(0, 1)"
         self.init.append(f"self.register_buffer('{name}', T.zeros({self.d}))")
-        self.forward += ["with T.no_grad():", f"    self.{name}.mul_(0.5).add_(h.mean({dims}) * 0.5)",
-                         f"h = h - self.{name}"]
-        self.tag("buffer no_grad")
+        update = ["with T.no_grad():", f"    self.{name}.mul_(0.5).add_(h.mean({dims}) * 0.5)"]
+        if self.more.random() < 0.5:
+            self.forward += update + [f"h = h - self.{name}"]
+            self.tag("buffer no_grad")
+        else:
+            self.forward += update + [f"h = h - h.mean({dims}, keepdim=True).detach()"]
+            self.tag("buffer no_grad unread")
 
     def _detach(self):
         self.forward.append(self.rng.choice(["h = h + 0.5 * h.detach()", "h = h * T.sigmoid(h.detach())"]))
