@@ -130,13 +130,15 @@ def _burst(args, seconds, modes, table, seen, started, reach):
         if outcome.mismatches:
             failing += 1
             first = outcome.mismatches[0]
-            sig = signature(first)
+            # (a model program's kind of failure is also its scenario's: a write into an input and one into a
+            # parameter that both miss a version check are two kinds)
+            sig = signature(first) + ((program.scenario_kind,) if args.models else ())
             seen[sig] = seen.get(sig, 0) + 1
             if seen[sig] == 1 and args.models:
                 small = minimise_model(program, first)
                 text = (f"generate_model({seed}, rows={args.rows}) (threads {args.threads or 'as set'}):\n{model_source(small)}"
                         + "\n".join(f"  {m}" for m in (check_model(small).mismatches or [first])[:8]))
-                print(f"\nnew failure ({sig[0]} vs {sig[1]}: {sig[2]}):\n{text}\n", flush=True)
+                print(f"\nnew failure ({sig[0]} vs {sig[1]}: {sig[2]}, {sig[-1]}):\n{text}\n", flush=True)
                 with open(args.report, "a") as f:
                     f.write(text + "\n\n")
             elif seen[sig] == 1:

@@ -51,6 +51,8 @@ import jitorch
 from .oracle import Mismatch, Output, compare_output, record_value, signature
 
 MODEL_MODES = ("torch", "eager", "compiled")
+SCENARIOS = ("train", "step between", "write param", "write param view", "write input", "retain", "two outputs",
+             "double backward", "second forward")
 TOLERANCE = {"float64": 1e-7, "float32": 1e-4}
 TORCH_TOLERANCE = {"float64": 1e-6, "float32": 2e-4}
 DOUBLE_BACKWARD = "jitorch.compile does not currently support double backward"
@@ -73,6 +75,11 @@ class ModelProgram:
     @property
     def grad(self):
         return True
+
+    @property
+    def scenario_kind(self):
+        """The scenario's kind (one of `SCENARIOS`)."""
+        return next(t for t in self.tags if t in SCENARIOS)
 
 
 def model_source(program):

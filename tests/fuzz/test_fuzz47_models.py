@@ -9,11 +9,9 @@ import pytest
 import torch
 
 import jitorch as jt
-from tests.fuzz.models import check_model, generate_model, model_source
+from tests.fuzz.models import SCENARIOS, check_model, generate_model, model_source
 from tests.fuzz.reach import Reach
 
-SCENARIOS = ("train", "step between", "write param", "write param view", "write input", "retain", "two outputs",
-             "double backward", "second forward")
 
 
 def test_every_scenario_and_layer_kind_is_drawn():
