@@ -86,6 +86,52 @@ def test_a_node_that_saved_nothing_runs_in_a_second_backward_seed_32():
         assert not check_model(generate_model(32)).mismatches
 
 
+def _function_reused(T, saves):
+    class Double(T.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            if saves:
+                ctx.save_for_backward(x)
+            return x * 2
+
+        @staticmethod
+        def backward(ctx, g):
+            if saves:
+                ctx.saved_tensors
+            return g * 2
+
+    x = T.ones(2, requires_grad=True)
+    y = Double.apply(x).sum()
+    y.backward()
+    try:
+        y.backward()
+    except RuntimeError as e:
+        return type(e)
+    return x.grad.tolist()
+
+
+def test_a_custom_function_or_compiled_call_that_saved_nothing_runs_in_a_second_backward():
+    """As a registry op's node (seed 32 above), a custom Function that saved no tensor runs again in a second
+    backward, as torch's (jitorch's raised "backward through the graph a second time" at any function node once
+    freed); one that saved a tensor still raises there. A compiled call is such a function: ``(x + 1).sum()``
+    compiled runs twice as eagerly, ``x.exp().sum()`` raises as eagerly."""
+    for saves in (False, True):
+        assert _function_reused(jt, saves) == _function_reused(torch, saves)
+    assert _function_reused(jt, False) == [4.0, 4.0] and _function_reused(jt, True) is RuntimeError
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for f, raises in ((lambda t: (t + 1).sum(), False), (lambda t: t.exp().sum(), True)):
+            x = jt.ones(2, requires_grad=True)
+            y = jt.compile(f)(x)
+            y.backward()
+            if raises:
+                with pytest.raises(RuntimeError, match="a second time"):
+                    y.backward()
+            else:
+                y.backward()
+                assert x.grad.tolist() == [2.0, 2.0]
+
+
 def test_a_compiled_gradient_penalty_of_a_backward_reading_nothing_that_requires_grad_raises_seed_183():
     """A gradient penalty through a compiled call whose backward read only values without history (an exp's saved
     result, a cotangent of ones) silently lost its second-order term: the gradients had no history and no anchor to
