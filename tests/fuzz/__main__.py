@@ -136,7 +136,8 @@ def _burst(args, seconds, modes, table, seen, started, reach):
             seen[sig] = seen.get(sig, 0) + 1
             if seen[sig] == 1 and args.models:
                 small = minimise_model(program, first)
-                text = (f"generate_model({seed}, rows={args.rows}) (threads {args.threads or 'as set'}):\n{model_source(small)}"
+                text = (f"generate_model({seed}, rows={args.rows}) (threads {args.threads or 'as set'}):\n"
+                        + model_source(small)
                         + "\n".join(f"  {m}" for m in (check_model(small).mismatches or [first])[:8]))
                 print(f"\nnew failure ({sig[0]} vs {sig[1]}: {sig[2]}, {sig[-1]}):\n{text}\n", flush=True)
                 with open(args.report, "a") as f:

@@ -48,13 +48,11 @@ import torch
 
 import jitorch
 
-from .oracle import Mismatch, Output, compare_output, record_value, signature
+from .oracle import TOLERANCE, TORCH_TOLERANCE, Mismatch, Output, compare_output, record_value, signature
 
 MODEL_MODES = ("torch", "eager", "compiled")
 SCENARIOS = ("train", "step between", "write param", "write param view", "write input", "retain", "two outputs",
              "double backward", "second forward")
-TOLERANCE = {"float64": 1e-7, "float32": 1e-4}
-TORCH_TOLERANCE = {"float64": 1e-6, "float32": 2e-4}
 DOUBLE_BACKWARD = "jitorch.compile does not currently support double backward"
 
 
@@ -495,6 +493,8 @@ def compare_models(got, want, mode, reference, against_torch=False):
 
 @dataclass
 class ModelOutcome:
+    """What checking a model program found: its mismatches, and each mode's run (`ModelRecord`)."""
+
     mismatches: list
     runs: dict
 
