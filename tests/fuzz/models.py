@@ -298,7 +298,7 @@ def _draw_network(rng, x0_width, lead, x1_width, rows, more):
     if not b.params:
         b._linear()
     if x1_width and "x1" not in "".join(b.forward):
-        b.forward.append(f"h = h + x1.sum(-1, keepdim=True)" if rng.random() < 0.5 else "h = h * x1.mean()")
+        b.forward.append("h = h + x1.sum(-1, keepdim=True)" if rng.random() < 0.5 else "h = h * x1.mean()")
     return b
 
 
