@@ -65,7 +65,7 @@ class Node(NodeHooks):
     """A backward function: ``grad_fn`` of an op's outputs."""
 
     __slots__ = ("op", "args", "versions", "out", "next_functions", "input_specs", "freed", "hooks", "retained",
-                 "pre_hooks", "post_hooks", "trace", "packed", "__weakref__")
+                 "pre_hooks", "post_hooks", "trace", "packed", "saving", "__weakref__")
 
     def __init__(self, op, args, out, next_functions, input_specs):
         self.op = op
@@ -81,6 +81,7 @@ class Node(NodeHooks):
         self.post_hooks = None
         self.trace = forward_trace()          # the forward call's stack, under anomaly detection
         self.packed = False                   # its saved tensors went through saved_tensors_hooks (`_pack`)
+        self.saving = True                    # its rule reads an argument or result (`_save`): see `release`
 
     def name(self):
         known = _NODE_NAMES.get(self.op.name)
@@ -99,6 +100,12 @@ class Node(NodeHooks):
         return _call_rule(self, grads, create_graph)
 
     def release(self):
+        """Free what the node saved after a backward through it (without ``retain_graph``). A node whose rule reads
+        no argument nor result (a clone's, a view's, an add's) saved nothing, and a later backward may run it again,
+        as torch's nodes without saved variables (fuzz seed 32 of ``--models``: a second forward from a cloned input
+        whose clone node an earlier backward had passed through)."""
+        if not self.saving:
+            return
         self.freed = True
         self.args = None
         self.out = None  # the output holds this node (grad_fn): let the pair go without the cyclic GC
@@ -436,6 +443,8 @@ def _save(node, inputs, outs, saves, versions):
     op, args = node.op, node.args
     if op.view is not None:
         saves = frozenset()
+    # (a name the rule reads that holds a Python number is saved too: torch wraps it in a tensor, ``x * 2``)
+    node.saving = saves is EVERYTHING or bool(saves)
     kept = []
     names = op.arg_names
     for i, j, t in inputs:

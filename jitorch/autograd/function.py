@@ -95,8 +95,6 @@ class FunctionNode(NodeHooks):
         return len(self.outputs)
 
     def apply(self, grads, create_graph):
-        if self.freed:
-            raise RuntimeError("Trying to backward through the graph a second time; specify retain_graph=True.")
         gs = []
         for k, o in enumerate(self.outputs):
             g = grads.get(k)
@@ -114,8 +112,11 @@ class FunctionNode(NodeHooks):
         return out
 
     def release(self):
+        """Free the tensors ``forward`` saved: reading them in a later backward raises torch's "backward through
+        the graph a second time"; a function that saved none runs again, as torch's."""
         self.freed = True
-        self.ctx._saved = None
+        if self.ctx._saved:
+            self.ctx._saved = None
 
 
 class Function:

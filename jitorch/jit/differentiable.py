@@ -107,10 +107,14 @@ def _without_double_backward(gradients, read):
     (AOTAutograd's) do, where a tensor the backward ``read`` requires grad (torch's test): differentiating
     them again would otherwise see constants and silently give no second-order term (a gradient penalty
     added to a loss would move nothing)."""
-    anchors = [t for t in read if isinstance(t, Tensor) and t.requires_grad]
     positions = [i for i, g in enumerate(gradients) if isinstance(g, Tensor)]
-    if not anchors or not positions:
+    if not positions:
         return gradients
+    # where the backward read nothing that requires grad (an exp's saved result and a cotangent of ones), a leaf of
+    # its own: the gradients were given without history all the same, and a penalty of them silently lost its
+    # second-order term (d/dx of exp(x)'s gradient squared: tests/fuzz/test_fuzz47_models.py)
+    anchors = [t for t in read if isinstance(t, Tensor) and t.requires_grad] or \
+        [gradients[positions[0]].new_zeros(()).requires_grad_()]
     marked = iter(_NoDoubleBackward.apply(len(positions), *[gradients[i] for i in positions], *anchors))
     return [next(marked) if isinstance(g, Tensor) else g for g in gradients]
 

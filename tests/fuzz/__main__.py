@@ -19,7 +19,12 @@ attention with masks, cross-entropy and nll over odd class counts of computed lo
 values, math functions over odd rows, reductions' ``out=`` calls (`generator.Generator.net_pattern`); compiled with
 gradients, they split into forward and backward graphs with saved values. ``--reach`` counts, per 100 programs, those
 reaching each of the compiler's newest parts (the sums, lse and recompute passes, AVX-512 tail folding, the
-forward/backward cut, the attention kernels, GELU traced, reductions' ``out=`` fast path: `reach.PARTS`).
+forward/backward cut, the attention kernels, GELU traced, reductions' ``out=`` fast path, the fusion forms:
+`reach.PARTS`). ``--models`` checks, per seed, a random small network trained under ``jitorch.compile(model)`` with
+its parameters and inputs written between forward and backward, second losses, retained graphs and gradient
+penalties (`models.generate_model`), against eager jitorch and torch; ``--rows 0.2`` follows 20% of their layers by
+a row softmax. ``--threads N`` sets jitorch's and torch's
+thread counts (``set_num_threads``) for the run.
 """
 
 from __future__ import annotations
@@ -42,6 +47,7 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 from .generator import generate, op_table  # noqa: E402
 from .minimise import minimise  # noqa: E402
+from .models import check_model, generate_model, minimise_model, model_source  # noqa: E402
 from .oracle import CPU_MODES, MODES, check, signature  # noqa: E402
 from .program import source  # noqa: E402
 from .reach import Reach  # noqa: E402
@@ -77,8 +83,18 @@ def main(argv=None):
                         help="the share of network-pattern statements (GELU MLPs, attention, wide losses and maps)")
     parser.add_argument("--reach", action="store_true",
                         help="count the programs reaching each of the compiler's newest parts (tests/fuzz/reach.py)")
+    parser.add_argument("--models", action="store_true",
+                        help="check random networks trained under compile(model) (tests/fuzz/models.py)")
+    parser.add_argument("--rows", type=float, default=0.0,
+                        help="with --models, the share of layers a row softmax follows")
+    parser.add_argument("--threads", type=int, default=0, help="jitorch's and torch's thread count (0: as set)")
     parser.add_argument("--report", default="fuzz-failures.txt")
     args = parser.parse_args(argv)
+    if args.threads:
+        import jitorch
+        import torch
+        jitorch.set_num_threads(args.threads)
+        torch.set_num_threads(args.threads)
     seconds = 3600 * args.hours + 60 * args.minutes or 60.0
     modes = MODES if args.cuda else CPU_MODES
     warnings.simplefilter("ignore")
@@ -102,17 +118,31 @@ def _burst(args, seconds, modes, table, seen, started, reach):
     programs, ops, failing = 0, 0, 0
     seed = args.start
     while time.time() - started < seconds and not (args.programs and programs >= args.programs):
-        program, _ = generate(seed, args.statements, table=table, chains=args.chains, out_views=args.out_views,
-                              losses=args.losses, nets=args.nets)
-        outcome = check(program, modes)
+        if args.models:
+            program = generate_model(seed, args.rows)
+            outcome = check_model(program)
+        else:
+            program, _ = generate(seed, args.statements, table=table, chains=args.chains, out_views=args.out_views,
+                                  losses=args.losses, nets=args.nets)
+            outcome = check(program, modes)
         programs += 1
-        ops += program.n_ops
+        ops += len(program.forward) if args.models else program.n_ops
         if outcome.mismatches:
             failing += 1
             first = outcome.mismatches[0]
-            sig = signature(first)
+            # (a model program's kind of failure is also its scenario's: a write into an input and one into a
+            # parameter that both miss a version check are two kinds)
+            sig = signature(first) + ((program.scenario_kind,) if args.models else ())
             seen[sig] = seen.get(sig, 0) + 1
-            if seen[sig] == 1:
+            if seen[sig] == 1 and args.models:
+                small = minimise_model(program, first)
+                text = (f"generate_model({seed}, rows={args.rows}) (threads {args.threads or 'as set'}):\n"
+                        + model_source(small)
+                        + "\n".join(f"  {m}" for m in (check_model(small).mismatches or [first])[:8]))
+                print(f"\nnew failure ({sig[0]} vs {sig[1]}: {sig[2]}, {sig[-1]}):\n{text}\n", flush=True)
+                with open(args.report, "a") as f:
+                    f.write(text + "\n\n")
+            elif seen[sig] == 1:
                 small = minimise(program, first, modes)
                 # (the seed alone draws another program under other options than the defaults)
                 text = (f"generate({seed}, {args.statements}, chains={args.chains}, out_views={args.out_views}, "

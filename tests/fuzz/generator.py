@@ -1694,6 +1694,28 @@ def _hint_pow(g, env, tensors, v, entry):
     return None if bool(near.any()) else made
 
 
+# Division ops: the position and keyword of their divisor (`_divisor_checked`).
+DIVISORS = {"div": (1, "other"), "divide": (1, "other"), "true_divide": (1, "other"), "addcdiv": (2, "tensor2"),
+            "remainder": (1, "other"), "fmod": (1, "other"), "floor_divide": (1, "other")}
+
+
+def _divisor_checked(hint, position, keyword):
+    """``hint`` (or the schema's arguments) refusing a computed (inexact) divisor tensor within 1e-3 of 0, where
+    the quotient is rounding noise scaled up, or inf in a library whose roundings gave an exact 0 (fuzz seed 47100012
+    of ``--nets 0.3 --losses 0.2``: ``v4.addcdiv_(x0, v2)``, ``v2`` a layer norm's output at an element equal to its
+    row's mean: eager's exact 0 gave inf, torch's 5.5e-8 gave 4e8). Only with network patterns, as `_hint_pow`."""
+    def checked(g, env, tensors, v, entry):
+        made = hint(g, env, tensors, v, entry) if hint else g.generic_args(env, tensors, v, entry.schema)
+        if made is None or not g.nets:
+            return made
+        args, kwargs, _ = made
+        divisor = env.get(args[position] if len(args) > position else kwargs.get(keyword))
+        if divisor is None or not divisor.is_tensor or divisor.facts.exact:
+            return made
+        return None if bool((divisor.value.double().abs() < 1e-3).any()) else made
+    return checked
+
+
 def _hint_integer_operand(g, env, tensors, v, entry):
     """The schema's arguments, marked where one is an integer or bool tensor (`TORCH_WRONG_BY_AN_INTEGER`)."""
     made = g.generic_args(env, tensors, v, entry.schema)
@@ -1761,6 +1783,7 @@ ARG_HINTS = {
     "logspace": _hint_creation, "eye": _hint_creation, "cov": _hint_cov, "fill_diagonal": _hint_fill_diagonal,
     **{name: _hint_integer_operand for name in TORCH_WRONG_BY_AN_INTEGER},
 }
+ARG_HINTS.update({name: _divisor_checked(ARG_HINTS.get(name), *where) for name, where in DIVISORS.items()})
 
 
 # Checking on torch ----------------------------------------------------------------------------------------

@@ -20,7 +20,13 @@ The parts counted (`PARTS`), each by the function that does its work, wrapped wh
   requiring grad: the joint trace of a gradient run); ``gelu kernel``, ``gelu kernel bwd``: eager's compiled
   GELU kernel and its gradient's (`nn.functional._gelu_kernel`, past `nn.functional.GELU_KERNEL_MIN` elements);
 * ``reduction out``: a reduction's ``out=`` call served by `ops.reduction_out`'s fast path (its plans are
-  forgotten at each program's start, so that each program's first call makes one).
+  forgotten at each program's start, so that each program's first call makes one);
+* the fusion forms of a compiled graph (`plan_cache`'s ``fuse`` and ``fuse_with_plan``, read from the groups they
+  give): ``sibling reductions``, two reduction groups over one space reading a common value (what a multi-output
+  reduction kernel takes); ``reductions one kernel``, a group holding two reductions; ``prologue out``, a reduction
+  group writing a value of its prologue that another group reads; ``column sum``, a sum over leading dims of
+  values its prologue computes pointwise (a bias's gradient through an activation's); ``row softmax``, the row
+  softmax kernel (`codegen.kernel.row_softmax_of`).
 
 `Reach.program()` ends a program's count: the set of parts reached since the last call.
 """
@@ -30,15 +36,16 @@ from __future__ import annotations
 import contextlib
 
 import jitorch.nn.functional as F
-from jitorch.codegen import target
+from jitorch.codegen import kernel, target
 from jitorch.ir.lowerable import kind_of
 from jitorch.ir.passes import lse, recompute, sums
-from jitorch.jit import executor, partition, tracer  # noqa: F401 (executor registers the attention kernels)
+from jitorch.jit import executor, partition, plan_cache, tracer  # noqa: F401 (executor: the attention kernels)
 from jitorch.ops import attention, reduction_out
 
 PARTS = ("gradient run", "sums reshape", "sums one-hot", "lse", "lse cone", "recompute across", "recompute reductions",
          "tail fold", "split", "split saved", "split recomputed", "split views", "attention fwd", "attention bwd",
-         "gelu traced", "gelu traced grad", "gelu kernel", "gelu kernel bwd", "reduction out")
+         "gelu traced", "gelu traced grad", "gelu kernel", "gelu kernel bwd", "reduction out", "sibling reductions",
+         "reductions one kernel", "prologue out", "column sum", "row softmax")
 
 
 class Reach:
@@ -80,6 +87,8 @@ class Reach:
         wrap(partition, "_recomputed", lambda out, *a: bool(out) and "split recomputed")
         wrap(partition, "_views_remade", lambda out, *a: bool(out) and "split views")
         wrap(reduction_out, "plan_of", lambda out, *a: bool(out) and "reduction out")
+        wrap(plan_cache, "fuse", lambda out, *a, **k: fusion_forms(out))
+        wrap(plan_cache, "fuse_with_plan", lambda out, *a, **k: fusion_forms(out[0]))
         wrap(attention, "ATTENTION_KERNEL",
              lambda out, direction, *a: out is not None and f"attention {'fwd' if direction == 'forward' else 'bwd'}")
         wrap(F, "gelu", lambda out, *a, **k: tracer.current_tracer() is not None and (
@@ -123,3 +132,45 @@ def _computed(x):
     while node is not None and node.op.name in lse._RESHAPES:
         node = getattr(node.args[0], "node", None)
     return node is not None and kind_of(node) == "pointwise"
+
+
+def fusion_forms(groups):
+    """The fusion parts of `PARTS` that a compiled graph's ``groups`` (`ir.passes.fusion.Group`) show."""
+    found = set()
+    readers = {}  # id(value) -> the reduction groups reading it, by their space
+    for group in groups:
+        if kind_of_group(group) == "softmax":
+            found.add("row softmax")
+        if group.kind != "reduction":
+            continue
+        reductions = [n for n in group.nodes if kind_of(n) == "reduction"]
+        if len(reductions) > 1:
+            found.add("reductions one kernel")
+        prologue = group.nodes[:group.nodes.index(reductions[0])]
+        if any(v.node in prologue and kind_of(v.node) == "pointwise" for v in group.outputs):
+            found.add("prologue out")
+        if _column_sum(reductions[0]) and prologue:
+            found.add("column sum")
+        for v in group.inputs:
+            readers.setdefault(id(v), set()).add((tuple(group.shape), id(group)))
+    for seen in readers.values():
+        spaces = {}
+        for space, group in seen:
+            spaces.setdefault(space, set()).add(group)
+        if any(len(gs) > 1 for gs in spaces.values()):
+            found.add("sibling reductions")
+    return tuple(found) or None
+
+
+def kind_of_group(group):
+    """"softmax" for a row softmax group, else the group's kind."""
+    return "softmax" if group.kind not in ("pointwise", "reduction", "view") and \
+        kernel.row_softmax_of(group) is not None else group.kind
+
+
+def _column_sum(node):
+    """Whether ``node`` sums a value of two dims or more over dims that leave its last one."""
+    x, dims = node.args[0], node.args[1] if len(node.args) > 1 else None
+    ndim = len(x.type.shape)
+    dims = [dims] if isinstance(dims, int) else dims
+    return node.op.name == "sum" and ndim >= 2 and bool(dims) and all(d % ndim != ndim - 1 for d in dims)
