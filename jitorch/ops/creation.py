@@ -18,12 +18,12 @@ import numpy as np
 from ..runtime import allocator
 from ..runtime import dtypes as _dt
 from ..runtime.casts import convert
+from ..runtime.copy_parts import fill as fill_split
 from ..runtime.device import CPU, get_default_device, to_device
 from ..runtime.storage import Storage
 from ..runtime.strided import (broadcast_shapes, contiguous_strides, dense_strides, is_non_overlapping_and_dense,
                                numel_overflows, span)
 from . import powers, registry
-from .views import fill_split
 from .registry import TensorSpec, defop, preserved_strides, scalar_name, write_all
 
 # torch's "tensor options" keywords of every factory
@@ -419,7 +419,7 @@ def pooled(shape, dtype, value=None):
     language model's 700x10000 log-probabilities (nll_loss's backward, outside the compiled model) came from
     the C library's heap, which grew by a new block every few steps, each faulting in 28 MB of zeroed huge pages
     (~55 ms of system CPU, against 1 ms to fill a block that is already mapped). A large one is filled in ranges
-    on the thread team (`views.fill_split`), as a compiled graph's zeros are: that gradient's zeros were the
+    on the thread team (`copy_parts.fill`), as a compiled graph's zeros are: that gradient's zeros were the
     largest pass of the LSTM step's eager backward, run on one thread at any thread count."""
     arr, buf = allocator.empty(shape, dtype)
     if buf is not None:  # (the tensor keeps this very array as its storage's data)

@@ -22,6 +22,7 @@ import numpy as np
 from ..runtime import dtypes as _dt
 from ..runtime import fp_errors
 from ..runtime.casts import convert
+from ..runtime.copy_parts import fill as fill_split
 from ..runtime.device import CPU
 from ..runtime.strided import (broadcast_shapes, contiguous_strides, is_contiguous, is_non_overlapping_and_dense,
                                list_str, memory_order_strides, view_strides, wrap_dim)
@@ -31,7 +32,7 @@ from .creation import check_scalar_fits
 from .index_positions import flat_positions, unbroadcast
 from .meta import opmath
 from .registry import OPS, TensorSpec, cpp_name, defop, preserved_strides, scalar_name, write_where
-from .views import _same_buffer, _type_str, fill_split
+from .views import _same_buffer, _type_str
 
 _INDEX_DTYPES = (_dt.int64, _dt.int32, _dt.uint8, _dt.bool)
 _MASK_DTYPES = (_dt.uint8, _dt.bool)

@@ -14,7 +14,7 @@ from operator import itemgetter
 import numpy as np
 
 from ..runtime import threads
-from ..runtime.copy_parts import SPLIT_MIN, copy as _copy
+from ..runtime.copy_parts import SPLIT_MIN, copy as _copy, fill as fill_split
 from ..runtime.device import CPU
 from ..runtime.strided import (CONTIGUOUS_STRIDES, INT64_MAX, broadcast_shapes, check_numel, contiguous_strides,
                                contiguous_strides_cached, dense_strides, infer_size,
@@ -904,18 +904,6 @@ def _pieces(size, stride, count):
 
 def _narrowed(a, d, lo, hi):
     return a[(slice(None),) * d + (slice(lo, hi),)]
-
-
-def fill_split(out, value):
-    """``out.fill(value)``, in ranges on the team where ``out`` is a large C-contiguous array (a compiled
-    graph's zeros written into their arena buffer)."""
-    n = out.size
-    pieces = _pieces((n,), (1,), n) if out.flags.c_contiguous else None
-    if pieces is None:
-        out.fill(value)
-        return
-    flat = out.reshape(-1)
-    threads.run_parts(np.ndarray.fill, [(flat[lo:hi], value) for lo, hi in pieces[1]])
 
 
 def as_strided_scatter_into(out, x, src, size, stride, storage_offset):

@@ -85,3 +85,15 @@ def pieces(dst, src):
     lead = (slice(None),) * d
     return [(dst[lead + (slice(lo, hi),)], src[lead + (slice(lo, hi),)])
             for lo, hi in threads.bounds(dst.shape[d], parts)]
+
+
+def fill(out, value):
+    """``out.fill(value)``, in ranges on the team where ``out`` is a large C-contiguous array (a compiled
+    graph's zeros written into their arena buffer, an eager factory's or gradient's zeros)."""
+    n = out.size
+    parts = min(threads.get_num_threads(), n // (SPLIT_MIN // 2))
+    if n < SPLIT_MIN or parts < 2 or not out.flags.c_contiguous:
+        out.fill(value)
+        return
+    flat = out.reshape(-1)
+    threads.run_parts(np.ndarray.fill, [(flat[lo:hi], value) for lo, hi in threads.bounds(n, parts)])

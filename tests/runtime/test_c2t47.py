@@ -1,4 +1,4 @@
-"""Large eager fills split across the thread team (`ops.views.fill_split`): the zeros and ones of the eager factories
+"""Large eager fills split across the thread team (`runtime.copy_parts.fill`): the zeros and ones of the eager factories
 (`ops.creation.pooled`: an LSTM language model's nll_loss gradient starts from 28 MB of them, outside its compiled
 model) and the zeros an embedding's backward adds its rows into (`ops.indexing.index_add_into`); the values are the
 one-thread fill's, small fills run whole."""
