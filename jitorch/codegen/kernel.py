@@ -40,7 +40,7 @@ from llvmlite import ir
 from ..ir import lowerable
 from ..ir.fake import fake_args, fake_tensor
 from ..ir.graph import TensorType, Value, iter_values
-from ..ir.passes.fusion import Group
+from ..ir.passes.fusion import Group, reduction_sides
 from ..ops import registry
 from ..ops.pointwise_base import reads_unrounded, rounding_dtype
 from ..runtime import dtypes as _dt
@@ -641,7 +641,10 @@ def build_reduction(group, name, target=None, aliases=None, layouts=None):
     if isinstance(dims, int):
         dims = (dims,)
     reduced = sorted({d % len(in_shape) for d in dims}) if dims and in_shape else list(range(len(in_shape)))
-    merge = _merged_reduced_dims(group, red, reduced)
+    # the input side (the prologue and its siblings, `fusion.reduction_sides`) runs inside the reduction loop, the
+    # row epilogue in a second pass over each row once its result is known
+    _, _, row_nodes = reduction_sides(red, group.nodes)
+    merge = None if row_nodes else _merged_reduced_dims(group, red, reduced)
     bld = _Builder(group if merge is None else replace(group, nodes=[n for n in group.nodes if n is not merge]),
                    name, target, aliases, layouts)
     if merge is not None and merge.args[0] in bld.geometry:
@@ -652,8 +655,9 @@ def build_reduction(group, name, target=None, aliases=None, layouts=None):
         reduced = list(range(len(x.type.shape) - 1, len(in_shape)))
     elif merge is not None:
         bld = _Builder(group, name, target, aliases, layouts)
-    prologue = set(_upstream(red, bld))
-    inner_leaves = bld.with_indices([v for v in bld.geometry if any(v in list(_args(n)) for n in prologue | {red})])
+    prologue = reduction_sides(red, bld.group.nodes)[0] & set(bld.computed)
+    inner_leaves = bld.with_indices([v for v in bld.geometry
+                                     if any(v in list(_args(n)) for n in prologue | row_nodes | {red})])
     if not red.op.pieces["lowering"].indexed:  # (an indexed reduction's index is row-major over them)
         reduced = _memory_order([bld.geometry[v] for v in inner_leaves], in_shape, reduced)
     kept = [d for d in range(len(in_shape)) if d not in reduced]
@@ -662,8 +666,8 @@ def build_reduction(group, name, target=None, aliases=None, layouts=None):
     out_shape = tuple(out_value.type.shape)
     epilogue = [n for n in bld.computed if n is not red and n not in prologue]
 
-    outer_leaves = bld.with_indices([v for v in bld.geometry if any(v in list(_args(n)) for n in epilogue) or
-                                     v in group.outputs])
+    outer_leaves = bld.with_indices([v for v in bld.geometry if any(v in list(_args(n)) for n in epilogue
+                                                                    if n not in row_nodes) or v in group.outputs])
     order = kept + reduced
 
     def over_input(v):
@@ -681,13 +685,16 @@ def build_reduction(group, name, target=None, aliases=None, layouts=None):
     outputs = list(group.outputs)
     # prologue values needed outside (softmax's exp(x - max)) are written inside the reduction loop
     pro_outs = [o for o in outputs if o.node in prologue]
+    row_reads = list(dict.fromkeys(v for n in row_nodes for v in _args(n) if v.node in epilogue and
+                                   v.node not in row_nodes))
+    row_outs = [o for o in outputs if o.node in row_nodes]
     for out in outputs:
-        space = in_shape if out in pro_outs else out_shape
+        space = in_shape if out in pro_outs or out in row_outs else out_shape
         if tuple(out.type.shape) != space:
             raise CompileError(f"reduction group output {out.type} is not over {list(space)}")
     out_write = contiguous_strides(tuple(kept_sizes))  # where the accumulators of a chunk lie
-    pro_writes = [[bld.strides(o)[d] for d in order] for o in pro_outs]
-    epi_outs = [o for o in outputs if o not in pro_outs]
+    pro_writes = [[bld.strides(o)[d] for d in order] for o in pro_outs + row_outs]
+    epi_outs = [o for o in outputs if o not in pro_outs and o not in row_outs]
     epi_writes = [[s[i] for i in range(len(kept))] if not keepdim else [s[d] for d in kept]
                   for s in (bld.strides(o) for o in epi_outs)]
     # merge dims separately inside the kept part and the reduced part
@@ -699,8 +706,8 @@ def build_reduction(group, name, target=None, aliases=None, layouts=None):
     inner_kept = dict(zip(inner_leaves, k_strides[:n_inner]))
     inner_red = dict(zip(inner_leaves, r_strides))
     n_acc = len(inner_acc)
-    pro_kept = dict(zip(pro_outs, k_strides[n_inner:n_acc]))
-    pro_red = dict(zip(pro_outs, r_strides[n_inner:]))
+    pro_kept = dict(zip(pro_outs + row_outs, k_strides[n_inner:n_acc]))
+    pro_red = dict(zip(pro_outs + row_outs, r_strides[n_inner:]))
     n_outer = n_acc + len(outer_leaves)
     outer_strides = dict(zip(outer_leaves, k_strides[n_acc:n_outer]))
     epi_strides = dict(zip(epi_outs, k_strides[n_outer:n_outer + len(epi_outs)]))
@@ -723,11 +730,21 @@ def build_reduction(group, name, target=None, aliases=None, layouts=None):
     # in the slot at the same place of a parallel array
     index_of = {acc: b.alloca(I64)} if reduction.indexed else None
 
-    def reduce_item(b, kidx, ridx, slot):
-        """Fold the prologue's value at (kidx, ridx) into ``slot``; write the prologue's outputs there."""
+    def loader(b, kidx, ridx):
+        """``load(leaf)``: a leaf of the input side or the row epilogue at input index (kidx, ridx)."""
         def load(v):
             off = bld.offset(b, kidx + ridx, list(inner_kept[v]) + list(inner_red[v]), bld.geometry[v][3])
             return bld.read(e, b, ptr, v, off, load)
+        return load
+
+    def store_at(b, kidx, ridx, outs, memo, load):
+        for out in outs:
+            off = bld.offset(b, kidx + ridx, list(pro_kept[out]) + list(pro_red[out]), 0)
+            e.store(bld.evaluate(e, out, memo, load), b.gep(ptr[out], [off]))
+
+    def reduce_item(b, kidx, ridx, slot):
+        """Fold the prologue's value at (kidx, ridx) into ``slot``; write the input side's outputs there."""
+        load = loader(b, kidx, ridx)
         memo = {}
         item = reduction.enter(e, bld.evaluate(e, x, memo, load), compute, acc_dtype)
         if index_of is None:
@@ -739,13 +756,12 @@ def build_reduction(group, name, target=None, aliases=None, layouts=None):
             where = index_of[slot]
             b.store(b.select(takes.value, bld.offset(b, ridx, contiguous_strides(tuple(r_sizes)), 0), b.load(where)),
                     where)
-        for out in pro_outs:
-            off = bld.offset(b, kidx + ridx, list(pro_kept[out]) + list(pro_red[out]), 0)
-            e.store(bld.evaluate(e, out, memo, load), b.gep(ptr[out], [off]))
+        store_at(b, kidx, ridx, pro_outs, memo, load)
 
     def results(b, kidx, slot, total=None):
         """The reduction's result at kept index ``kidx``, from its accumulator in ``slot`` (or ``total``, the
-        result itself), and every value computed from it there (the epilogue), stored."""
+        result itself), and every value computed from it there (the epilogue), stored; then the row epilogue's
+        values, in a second pass over the row (the values the first computed held for it)."""
         if total is None:
             total = reduction.leave(e, e.load(slot, acc_dtype), compute)
         if finish is not None:
@@ -759,11 +775,14 @@ def build_reduction(group, name, target=None, aliases=None, layouts=None):
             memo = {red.outputs[-1]: Scalar(b.load(index_of[slot]), _dt.int64)}
             if len(red.outputs) > 1:
                 memo[out_value] = e.cast(total, out_value.type.dtype)
-        for out in outputs:
-            if out in pro_outs:
-                continue
+        for out in epi_outs:
             s = bld.evaluate(e, out, memo, load_outer)
             e.store(s, b.gep(ptr[out], [bld.offset(b, kidx, epi_strides[out], 0)]))
+        if row_outs:
+            for v in row_reads:  # (the epilogue's values the row epilogue reads, at the kept index)
+                bld.evaluate(e, v, memo, load_outer)
+            bld.target.map_loops(bld, b, r_sizes, lambda b, ridx: store_at(
+                b, kidx, ridx, row_outs, dict(memo), loader(b, kidx, ridx)))
 
     def start(b, slot):
         e.store(identity, slot)
@@ -827,6 +846,8 @@ def build_reduction(group, name, target=None, aliases=None, layouts=None):
     slots = max(1, chunk_bytes // acc_dtype.itemsize)
     if kept and reduced and kept[-1] == len(in_shape) - 1 and in_shape[-1] > 1 \
             and per_unit * acc_dtype.itemsize <= KEPT_CHUNK_MAX_BYTES:
+        if row_outs:  # (fusion gives a row epilogue only to a reduction of trailing dims)
+            raise CompileError("a row epilogue of a reduction that keeps the input's innermost dim")
         # The input's innermost dim is kept (a sum over rows, as a bias gradient is): the accumulators
         # of a chunk of kept elements (whole units of the outer loop) lie in a stack array, and the
         # reduced dims loop outside the kept ones, so the innermost loop runs along memory and
@@ -1014,20 +1035,6 @@ def _meta_of(node):
 
 def _args(node):
     return iter_values(node.args)
-
-
-def _upstream(node, bld):
-    """The computed nodes a node depends on, inside the group."""
-    seen, stack = set(), [node]
-    computed = set(bld.computed)
-    while stack:
-        n = stack.pop()
-        for v in _args(n):
-            p = v.node
-            if p is not None and p in computed and p not in seen and v not in bld.geometry:
-                seen.add(p)
-                stack.append(p)
-    return seen
 
 
 # (``_log_softmax_stats``: log_softmax's row kernel writing each row's max and log-sum, not the row)
