@@ -790,15 +790,21 @@ def build_reduction(group, name, target=None, aliases=None, layouts=None):
             b.store(I64(0), index_of[slot])
 
     def element(b, kidx, j):
-        """The prologue's value at kept index ``kidx`` and flat reduced index ``j``, in the compute dtype."""
-        def load(v):
-            off = bld.offset(b, kidx + [j], list(inner_kept[v]) + list(inner_red[v]), bld.geometry[v][3])
-            return bld.read(e, b, ptr, v, off, load)
-        return e.cast(bld.evaluate(e, x, {}, load), compute)
+        """The prologue's value at kept index ``kidx`` and flat reduced index ``j``, in the compute dtype; the
+        siblings' outputs written there."""
+        load, memo = loader(b, kidx, [j]), {}
+        value = e.cast(bld.evaluate(e, x, memo, load), compute)
+        store_at(b, kidx, [j], pro_outs, memo, load)
+        return value
 
-    # On the CPU, a run of reduced elements (the reduced dims collapse to one; no prologue output, no index)
-    # is read in several streams at once (`streamed_run`); a float max or min there as `float_extremum` does.
-    run = bld.target is CPU and len(r_sizes) == 1 and not pro_outs and index_of is None
+    # On the CPU, a run of reduced elements (the reduced dims collapse to one; no index) is read in several
+    # streams at once (`streamed_run`); a float max or min there as `float_extremum` does. Not where the kernel
+    # writes a value the reduction reads (its prologue's output): such kernels keep the one stream's order they
+    # have had, and so their bits (siblings, which the reduction does not read, leave the reduction's order as
+    # it was without them).
+    feeding = _upstream(red, bld)
+    run = bld.target is CPU and len(r_sizes) == 1 and not any(o.node in feeding for o in pro_outs) \
+        and index_of is None
     extremum = EXTREMA.get(reduction) if run and compute in EXTREMUM_DTYPES and not _carries_float16(bld) else None
 
     def streamed(count):
@@ -1035,6 +1041,20 @@ def _meta_of(node):
 
 def _args(node):
     return iter_values(node.args)
+
+
+def _upstream(node, bld):
+    """The computed nodes a node depends on, inside the group."""
+    seen, stack = set(), [node]
+    computed = set(bld.computed)
+    while stack:
+        n = stack.pop()
+        for v in _args(n):
+            p = v.node
+            if p is not None and p in computed and p not in seen and v not in bld.geometry:
+                seen.add(p)
+                stack.append(p)
+    return seen
 
 
 # (``_log_softmax_stats``: log_softmax's row kernel writing each row's max and log-sum, not the row)
