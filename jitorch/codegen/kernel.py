@@ -10,7 +10,9 @@ steps through contiguously are merged, so the common case is one flat loop.
 
 A pointwise kernel loops over its output's shape. A reduction kernel loops
 over the kept dims outside and the reduced dims inside, accumulating the
-pointwise prologue, then computes its epilogue at the kept index; where the
+pointwise prologue (writing the input side's outputs: `fusion.reduction_sides`),
+then computes its epilogue at the kept index and its row epilogue in a second
+pass over the reduced dims; where the
 input's innermost dim is kept, it reduces a chunk of kept elements at a time
 with the reduced dims outside, so its inner loop runs along memory. On the CPU a
 long run of reduced elements is read in several streams, each with its own

@@ -146,7 +146,7 @@ def test_a_row_epilogue_after_an_epilogue_over_the_output():
 @pytest.mark.parametrize("fn", ["log_softmax", "softmax"])
 def test_softmax_backward_steps_take_one_kernel_less(fn):
     """A compiled training step's softmax and log_softmax backward: the row sum and the gradient in one kernel,
-    equal to eager."""
+    with the two kernels' bits, equal to eager."""
     def step(z, t):
         (getattr(z, fn)(-1) * t).sum().backward()
         return z.grad
@@ -156,7 +156,10 @@ def test_softmax_backward_steps_take_one_kernel_less(fn):
     assert kinds == ["softmax", "reduction"]
     with fused_as_before():
         assert [st.kernel.source.kind for st in kernel_steps(step, z, t)] == ["softmax", "reduction", "pointwise"]
-    got = jt.compile(step)(z, t).numpy()
+    got = jt.compile(step)(z, t).numpy().copy()
+    z.grad = None
+    with fused_as_before():
+        np.testing.assert_array_equal(got, jt.compile(step)(z, t).numpy())  # (the row sum's order is unchanged)
     z.grad = None
     np.testing.assert_allclose(got, step(z, t).numpy(), rtol=1e-5, atol=1e-6)
 
@@ -194,3 +197,29 @@ def test_the_emulated_gpu_agrees_with_the_cpu(fn, sizes):
         gpu = [t.cpu().numpy() for t in (out if isinstance(out, tuple) else (out,))]
     for a, b in zip(gpu, cpu):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-4)
+
+
+def test_a_layer_norms_normalising_pass_is_its_variances_row_epilogue():
+    """The variance's kernel writes ``x - mean`` (its prologue's value) and, in the row pass, the result: the
+    separate normalising kernel is gone, the bits are the two kernels'."""
+    def fn(x, w, b):
+        return jt.nn.functional.layer_norm(x, (128,), w, b)
+    x, w, b = data((12, 64, 128), (128,), (128,), seed=8)
+    now = kernel_steps(fn, x, w, b)
+    with fused_as_before():
+        before = kernel_steps(fn, x, w, b)
+    assert len(now) == len(before) - 1 and [st.kernel.source.kind for st in now].count("pointwise") == 0
+    (got,) = bits_as_before(fn, x, w, b)
+    want = torch.nn.functional.layer_norm(*(torch.from_numpy(t.numpy()) for t in (x,)), (128,),
+                                          torch.from_numpy(w.numpy()), torch.from_numpy(b.numpy()))
+    np.testing.assert_allclose(got, want.numpy(), rtol=1e-5, atol=1e-5)
+
+
+def test_a_row_epilogue_written_into_its_input_reads_the_row_before_the_write():
+    """``x.sub_(x.sum(-1, keepdim=True))``: the row pass's result goes back into ``x``, which the sum reads."""
+    def fn(x):
+        x.sub_(x.sum(-1, keepdim=True) * 0.1)
+        return x
+    (a,) = data((30, 500), seed=9)
+    got = jt.compile(fn)(a.clone()).numpy()
+    np.testing.assert_allclose(got, fn(a.clone()).numpy(), rtol=1e-5, atol=1e-5)
