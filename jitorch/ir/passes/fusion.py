@@ -139,40 +139,54 @@ def _shape(value):
     return tuple(value.type.shape)
 
 
-def reduction_sides(red, nodes, reads=None):
+def reduction_sides(red, nodes, reads=None, users=None):
     """(input side, epilogue, row epilogue) of a reduction group: ``nodes`` (with ``red``, its reduction) split
     by where its kernel evaluates them. The epilogue is what ``red``'s result feeds (through ``nodes``) and the
-    nodes only that needs, computed over the output after the reduction loop; of it, the row epilogue is what
-    holds values over the reduction's input (a value over the output broadcast back over the reduced dims:
-    ``g - exp(out) * s`` after ``s = g.sum(-1, keepdim=True)``), computed in a second pass over each row once
-    its result is known. Every other node (what ``red`` reads, its prologue, and the siblings it does not read)
-    is evaluated at each input element inside the loop. ``reads``: node -> the values it reads
-    (``Node.input_values`` by default)."""
+    nodes only that needs, computed over the output after the reduction loop; of it, where ``red`` is a row
+    reduction (`row_reduction`), the row epilogue is what holds values over the reduction's input (a value over
+    the output broadcast back over the reduced dims: ``g - exp(out) * s`` after ``s = g.sum(-1, keepdim=True)``),
+    computed in a second pass over each row once its result is known. Every other node (what ``red`` reads, its
+    prologue, and the siblings it does not read) is evaluated at each input element inside the loop. ``reads``:
+    node -> the values it reads (``Node.input_values`` by default); ``users``: value -> the nodes reading it
+    (any: those of ``nodes`` count; by default found among ``nodes``)."""
+    members = nodes if isinstance(nodes, (set, frozenset)) else set(nodes)
     reads = reads or (lambda n: n.input_values())
-    made = {v: n for n in nodes for v in n.outputs}
-    feeds = {n: [made[v] for v in reads(n) if v in made] for n in nodes}
-    users = {}
-    for n, producers in feeds.items():
-        for p in producers:
-            users.setdefault(p, []).append(n)
+    if users is None:
+        readers = {}
+        for n in members:
+            for v in reads(n):
+                readers.setdefault(v, []).append(n)
+        users = lambda v: readers.get(v, ())  # noqa: E731
 
-    def closure(starts, edges):
+    def up(starts):
         found, stack = set(), list(starts)
         while stack:
-            for m in edges.get(stack.pop(), ()):
-                if m not in found:
+            for v in reads(stack.pop()):
+                m = v.node
+                if m in members and m not in found and m is not red:
                     found.add(m)
                     stack.append(m)
         return found
-    prologue = closure([red], feeds)
-    after = closure([red], users)
-    epilogue = (after | closure(after, feeds)) - prologue - {red}
-    in_space = _shape(red.args[0])
+
+    def down(starts):
+        found, stack = set(), list(starts)
+        while stack:
+            for v in stack.pop().outputs:
+                for m in users(v):
+                    if m in members and m not in found:
+                        found.add(m)
+                        stack.append(m)
+        return found
+    prologue = up([red])
+    after = down([red])
+    # (the walk up from the epilogue stops at ``red``: what it reads is the prologue)
+    epilogue = (after | up(after)) - prologue if after else set()
+    in_space, out_space = _shape(red.args[0]), _shape(red.outputs[0])
     rows = set()
-    if in_space != _shape(red.outputs[0]):
+    if epilogue and row_reduction(in_space, out_space):
         rows = {n for n in epilogue if any(_shape(v) == in_space for v in n.outputs)}
-        rows |= closure(rows, users)
-    return set(nodes) - epilogue - {red}, epilogue - rows, rows
+        rows |= down(rows)
+    return members - epilogue - {red}, epilogue - rows, rows
 
 
 def row_reduction(in_space, out_space):
@@ -425,14 +439,12 @@ class _Partition:
         The input side (`reduction_sides`: what ``red`` depends on and its siblings) runs over the
         reduction's input, the epilogue over its output after the reduction loop, where input-side values
         are gone."""
-        pro, _, rows = reduction_sides(red, nodes, self.reads.__getitem__)
+        pro, _, rows = reduction_sides(red, nodes, self.reads.__getitem__, self.users_of)
         in_space, out_space = _shape(red.args[0]), _shape(red.outputs[0])
         if not self.prologue_outputs and any(v.node in pro for v in escaping):
             return None
         if (prod(out_space) == 1 or not REDUCTION_SIBLINGS) and pro - self.feeding(red, pro):
             return None  # (a full reduction writing a value it does not read would not split across threads)
-        if rows and not row_reduction(in_space, out_space):
-            return None
         for n in nodes:
             space = in_space if n in pro or n in rows else out_space
             for v in n.outputs:
@@ -447,6 +459,9 @@ class _Partition:
                                     for u in self.users.get(v, ())):
                     return None  # an input-side value read by the epilogue (the row epilogue computes it again)
         return None, in_space
+
+    def users_of(self, value):
+        return self.users.get(value, ())
 
     def feeding(self, red, nodes):
         """The nodes of ``nodes`` that ``red`` depends on (through nodes of ``nodes``)."""
