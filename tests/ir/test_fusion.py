@@ -305,14 +305,19 @@ def merged(graph, groups, i, j):
 
 
 def row_value_reduced_elsewhere(graph, group):
-    """Whether a value of ``group``'s row epilogue is read by a reduction outside it (fusion leaves such a value to
-    that reduction's prologue)."""
+    """Whether a value of ``group``'s row epilogue is read by a reduction outside it, or through views (fusion
+    leaves such a value to that reduction's prologue)."""
     if group.kind != "reduction":
         return False
     rows = reduction_sides(group.reduction, group.nodes)[2]
-    written = {v for n in rows for v in n.outputs if v in group.outputs}
-    return any(kind_of(n) == "reduction" and n not in group.nodes and written & set(n.input_values())
-               for n in graph.nodes)
+    reached = {v for n in rows for v in n.outputs if v in group.outputs}
+    for n in graph.nodes:  # (in dataflow order: a view's readers come after it)
+        if reached & set(n.input_values()):
+            if kind_of(n) == "reduction" and n not in group.nodes:
+                return True
+            if kind_of(n) == "view":
+                reached |= set(n.outputs)
+    return False
 
 
 def has_kernel_form(group):

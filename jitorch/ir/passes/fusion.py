@@ -21,8 +21,8 @@ comes from `jitorch.ir.lowerable.kind_of` (the code generator's rule):
   `ROW_EPILOGUE_MAX` elements, a row epilogue: pointwise nodes over its
   input that read its result (``g - exp(out) * g.sum(-1, keepdim=True)``),
   computed in a second pass over each row while the row is in cache, unless
-  a reduction outside reads what they write (its prologue computes them
-  rather than reading them from memory);
+  a reduction outside reads what they write, or a view of it (its prologue
+  computes them rather than reading them from memory);
 * a view of a value from outside the group (or of such a view) folds into the
   group that consumes it as index maths; a view of a value computed in the
   group would need that value in memory, so it starts a later group; a view
@@ -451,7 +451,7 @@ class _Partition:
                 if v in escaping:
                     if _shape(v) != space:
                         return None
-                    if n in rows and any(self.kind[u] == "reduction" and u not in nodes for u in self.users.get(v, ())):
+                    if n in rows and self.reduced_elsewhere(v, nodes):
                         return None  # (better that reduction's prologue: computed there, not written and read)
                 elif self.kind[n] == "pointwise" and not _broadcasts_to(_shape(v), space):
                     return None
@@ -459,6 +459,17 @@ class _Partition:
                                     for u in self.users.get(v, ())):
                     return None  # an input-side value read by the epilogue (the row epilogue computes it again)
         return None, in_space
+
+    def reduced_elsewhere(self, value, nodes):
+        """Whether a reduction outside ``nodes`` reads ``value``, or a view of it."""
+        stack = [value]
+        while stack:
+            for u in self.users.get(stack.pop(), ()):
+                if u not in nodes and self.kind[u] == "reduction":
+                    return True
+                if self.kind[u] == "view":
+                    stack += u.outputs
+        return False
 
     def users_of(self, value):
         return self.users.get(value, ())
