@@ -148,7 +148,8 @@ def reduction_sides(red, nodes, reads=None, users=None):
     computed in a second pass over each row once its result is known. Every other node (what ``red`` reads, its
     prologue, and the siblings it does not read) is evaluated at each input element inside the loop. ``reads``:
     node -> the values it reads (``Node.input_values`` by default); ``users``: value -> the nodes reading it
-    (any: those of ``nodes`` count; by default found among ``nodes``)."""
+    (any: those of ``nodes`` count; by default found among ``nodes``). The walks start from ``red`` and the
+    epilogue, which are few, not from the whole group."""
     members = nodes if isinstance(nodes, (set, frozenset)) else set(nodes)
     reads = reads or (lambda n: n.input_values())
     if users is None:
@@ -169,7 +170,7 @@ def reduction_sides(red, nodes, reads=None, users=None):
         return found
 
     def down(starts):
-        found, stack = set(), list(starts)
+        found, stack = set(starts), list(starts)
         while stack:
             for v in stack.pop().outputs:
                 for m in users(v):
@@ -178,14 +179,13 @@ def reduction_sides(red, nodes, reads=None, users=None):
                         stack.append(m)
         return found
     prologue = up([red])
-    after = down([red])
+    after = down([red]) - {red}
     # (the walk up from the epilogue stops at ``red``: what it reads is the prologue)
     epilogue = (after | up(after)) - prologue if after else set()
     in_space, out_space = _shape(red.args[0]), _shape(red.outputs[0])
     rows = set()
     if epilogue and row_reduction(in_space, out_space):
-        rows = {n for n in epilogue if any(_shape(v) == in_space for v in n.outputs)}
-        rows |= down(rows)
+        rows = down([n for n in epilogue if any(_shape(v) == in_space for v in n.outputs)])
     return members - epilogue - {red}, epilogue - rows, rows
 
 
@@ -460,6 +460,9 @@ class _Partition:
                     return None  # an input-side value read by the epilogue (the row epilogue computes it again)
         return None, in_space
 
+    def users_of(self, value):
+        return self.users.get(value, ())
+
     def reduced_elsewhere(self, value, nodes):
         """Whether a reduction outside ``nodes`` reads ``value``, or a view of it."""
         stack = [value]
@@ -470,9 +473,6 @@ class _Partition:
                 if self.kind[u] == "view":
                     stack += u.outputs
         return False
-
-    def users_of(self, value):
-        return self.users.get(value, ())
 
     def feeding(self, red, nodes):
         """The nodes of ``nodes`` that ``red`` depends on (through nodes of ``nodes``)."""
