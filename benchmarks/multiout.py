@@ -2,6 +2,7 @@
 they move, and its time, with them against without.
 
     python benchmarks/multiout.py [--models gpt-4x128,gpt-6x384,lstm] [--steps 5] [--reps 11] [--threads 1,2]
+                                  [--graphs]
 
 "With" is fusion as it is; "without" sets `fusion.REDUCTION_SIBLINGS` False and `fusion.ROW_EPILOGUE_MAX` 0 while
 the step compiles (its first calls), which gives the groups fusion made before either existed. Both steps are
@@ -11,6 +12,10 @@ and the bytes they move (each kernel's input and output buffers once, at the val
 benchmarks/kernel_audit.py counts them). Then the step's CPU time with over without: the median over ``--reps``
 interleaved turns of ``--steps`` steps each (`step_profile.with_over_without`: the calling thread's CPU time at
 one thread, the process's at more).
+
+``--graphs`` times instead, alike, the two forms on graphs of their own (`GRAPHS`): a log_softmax's backward over
+(700, 10000) float32 (a row sum and the gradient reading the incoming gradient again: a row epilogue), a layer
+norm over (768, 512), and a column sum of a product with a sibling over (768, 512).
 """
 
 from __future__ import annotations
@@ -68,6 +73,42 @@ def kernel_counts(call):
     return kinds, moved
 
 
+def _log_softmax_backward(g, out):
+    return g - out.exp() * g.sum(-1, keepdim=True)
+
+
+def _layer_norm(x, w, b):
+    return jitorch.nn.functional.layer_norm(x, (x.shape[-1],), w, b)
+
+
+def _column_sum_and_sibling(x, w):
+    d = x * w
+    return d.sum(0), d, (x + 1) * 3
+
+
+# name -> (function, its arguments' shapes)
+GRAPHS = {
+    "log_softmax backward (700, 10000)": (_log_softmax_backward, ((700, 10000), (700, 10000))),
+    "layer norm (768, 512)": (_layer_norm, ((768, 512), (512,), (512,))),
+    "column sum and sibling (768, 512)": (_column_sum_and_sibling, ((768, 512), (512,))),
+}
+
+
+def graph_ratio(fn, shapes, threads, calls=20, reps=11):
+    """(kernels with, kernels without, the CPU time of ``calls`` calls with over without: median of ``reps``
+    interleaved turns) of ``fn`` compiled for float32 arguments of ``shapes``."""
+    jitorch.set_num_threads(threads)
+    args = [jitorch.randn(*shape) for shape in shapes]
+    compiled, kernels = {}, {}
+    for label in ("with", "without"):
+        with fusion_rules(label == "with"):
+            c = jitorch.compile(fn)
+            kernels[label] = len(c.lower(*args).executable.kernels)
+            c(*args)
+        compiled[label] = lambda c=c: c(*args)
+    return kernels["with"], kernels["without"], with_over_without(compiled, calls, reps, threads)
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--models", default="gpt-4x128,gpt-6x384,lstm")
@@ -75,7 +116,15 @@ def main(argv=None):
     p.add_argument("--reps", type=int, default=11)
     p.add_argument("--threads", default="1,2")
     p.add_argument("--quick", action="store_true", help="tiny sizes (for tests)")
+    p.add_argument("--graphs", action="store_true", help="the forms on graphs of their own, not the models' steps")
     args = p.parse_args(argv)
+    if args.graphs:
+        for threads in (int(t) for t in args.threads.split(",")):
+            for name, (fn, shapes) in GRAPHS.items():
+                with_k, without_k, ratio = graph_ratio(fn, shapes, threads, reps=args.reps)
+                print(f"{name}: {with_k} kernel(s) against {without_k}; CPU time with/without at {threads} "
+                      f"thread(s): {ratio:.3f} (median of {args.reps} interleaved turns)")
+        return
     for name in args.models.split(","):
         for i, threads in enumerate(int(t) for t in args.threads.split(",")):
             calls = built(name, threads, args.quick)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import re
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -20,6 +21,7 @@ from jitorch.ir.passes import fusion
 from jitorch.jit.executor import KernelStep
 from jitorch.runtime.cuda_backend import use_backend
 from tests.cuda.test_ptx import assert_assembles, cuda_kernels
+from tests.support import load_script
 
 
 @contextlib.contextmanager
@@ -223,3 +225,17 @@ def test_a_row_epilogue_written_into_its_input_reads_the_row_before_the_write():
     (a,) = data((30, 500), seed=9)
     got = jt.compile(fn)(a.clone()).numpy()
     np.testing.assert_allclose(got, fn(a.clone()).numpy(), rtol=1e-5, atol=1e-5)
+
+
+def test_the_benchmark_counts_fewer_kernels_and_bytes_in_a_gpt_step():
+    """benchmarks/multiout.py at --quick sizes: gpt-1x32's step, built with and without the two forms in one
+    process (the plan cache out of the way), has its layer norms' normalising kernels folded into their
+    variances' kernels."""
+    bench = load_script(Path(__file__).parents[2] / "benchmarks" / "multiout.py", "multiout_benchmark")
+    calls = bench.built("gpt-1x32", 1, quick=True)
+    (with_kinds, with_bytes), (without_kinds, without_bytes) = (bench.kernel_counts(calls[k])
+                                                                for k in ("with", "without"))
+    assert with_kinds["reduction"] == without_kinds["reduction"]
+    assert without_kinds["pointwise"] - with_kinds["pointwise"] == 3  # (one per layer norm: the block's two, the last)
+    assert with_bytes < without_bytes
+    assert fusion.REDUCTION_SIBLINGS and fusion.ROW_EPILOGUE_MAX  # (put back)
