@@ -744,8 +744,8 @@ def build_reduction(group, name, target=None, aliases=None, layouts=None):
             off = bld.offset(b, kidx + ridx, list(pro_kept[out]) + list(pro_red[out]), 0)
             e.store(bld.evaluate(e, out, memo, load), b.gep(ptr[out], [off]))
 
-    def reduce_item(b, kidx, ridx, slot):
-        """Fold the prologue's value at (kidx, ridx) into ``slot``; write the input side's outputs there."""
+    def reduce_item(b, kidx, ridx, slot, outs):
+        """Fold the prologue's value at (kidx, ridx) into ``slot``; write the input side's outputs ``outs`` there."""
         load = loader(b, kidx, ridx)
         memo = {}
         item = reduction.enter(e, bld.evaluate(e, x, memo, load), compute, acc_dtype)
@@ -758,12 +758,13 @@ def build_reduction(group, name, target=None, aliases=None, layouts=None):
             where = index_of[slot]
             b.store(b.select(takes.value, bld.offset(b, ridx, contiguous_strides(tuple(r_sizes)), 0), b.load(where)),
                     where)
-        store_at(b, kidx, ridx, pro_outs, memo, load)
+        store_at(b, kidx, ridx, outs, memo, load)
 
-    def results(b, kidx, slot, total=None):
+    def results(b, kidx, slot, total=None, second=()):
         """The reduction's result at kept index ``kidx``, from its accumulator in ``slot`` (or ``total``, the
         result itself), and every value computed from it there (the epilogue), stored; then the row epilogue's
-        values, in a second pass over the row (the values the first computed held for it)."""
+        values and ``second``, input-side outputs, in a second pass over the row (the values the first computed
+        held for it)."""
         if total is None:
             total = reduction.leave(e, e.load(slot, acc_dtype), compute)
         if finish is not None:
@@ -780,11 +781,11 @@ def build_reduction(group, name, target=None, aliases=None, layouts=None):
         for out in epi_outs:
             s = bld.evaluate(e, out, memo, load_outer)
             e.store(s, b.gep(ptr[out], [bld.offset(b, kidx, epi_strides[out], 0)]))
-        if row_outs:
+        if row_outs or second:
             for v in row_reads:  # (the epilogue's values the row epilogue reads, at the kept index)
                 bld.evaluate(e, v, memo, load_outer)
             bld.target.map_loops(bld, b, r_sizes, lambda b, ridx: store_at(
-                b, kidx, ridx, row_outs, dict(memo), loader(b, kidx, ridx)))
+                b, kidx, ridx, list(second) + row_outs, dict(memo), loader(b, kidx, ridx)))
 
     def start(b, slot):
         e.store(identity, slot)
@@ -792,21 +793,19 @@ def build_reduction(group, name, target=None, aliases=None, layouts=None):
             b.store(I64(0), index_of[slot])
 
     def element(b, kidx, j):
-        """The prologue's value at kept index ``kidx`` and flat reduced index ``j``, in the compute dtype; the
-        siblings' outputs written there."""
-        load, memo = loader(b, kidx, [j]), {}
-        value = e.cast(bld.evaluate(e, x, memo, load), compute)
-        store_at(b, kidx, [j], pro_outs, memo, load)
-        return value
+        """The prologue's value at kept index ``kidx`` and flat reduced index ``j``, in the compute dtype."""
+        return e.cast(bld.evaluate(e, x, {}, loader(b, kidx, [j])), compute)
 
-    # On the CPU, a run of reduced elements (the reduced dims collapse to one; no index) is read in several
-    # streams at once (`streamed_run`); a float max or min there as `float_extremum` does. Not where the kernel
-    # writes a value the reduction reads (its prologue's output): such kernels keep the one stream's order they
-    # have had, and so their bits (siblings, which the reduction does not read, leave the reduction's order as
-    # it was without them).
+    # Where the reduced dims are inside (each kept index's row reduced in turn), the siblings' outputs (values of
+    # the input side that the reduction does not read) are written in the row's second pass, with the row
+    # epilogue's: the reduction's loop is then the one it has without them, which LLVM vectorises alike, so the
+    # sum has its bits (LLVM 15 vectorised a row sum storing a sibling at another width, and its bits changed).
     feeding = _upstream(red, bld)
-    run = bld.target is CPU and len(r_sizes) == 1 and not any(o.node in feeding for o in pro_outs) \
-        and index_of is None
+    inline_outs = [o for o in pro_outs if o.node in feeding]
+    sibling_outs = [o for o in pro_outs if o not in inline_outs]
+    # On the CPU, a run of reduced elements (the reduced dims collapse to one; no prologue output, no index) is
+    # read in several streams at once (`streamed_run`); a float max or min there as `float_extremum` does.
+    run = bld.target is CPU and len(r_sizes) == 1 and not inline_outs and index_of is None
     extremum = EXTREMA.get(reduction) if run and compute in EXTREMUM_DTYPES and not _carries_float16(bld) else None
 
     def streamed(count):
@@ -837,12 +836,12 @@ def build_reduction(group, name, target=None, aliases=None, layouts=None):
     def kept_body(b, kidx):
         use, streams = streamed(r_sizes[0] if r_sizes else 0)
         if use:
-            results(b, kidx, None, reduce_run(b, kidx, I64(0), I64(r_sizes[0]), streams))
+            results(b, kidx, None, reduce_run(b, kidx, I64(0), I64(r_sizes[0]), streams), sibling_outs)
             return
         start(b, acc)
-        bld.target.reduce_loops(bld, b, e, r_sizes, lambda b, ridx, slot: reduce_item(b, kidx, ridx, slot), acc,
-                                acc_dtype, combine, identity)
-        results(b, kidx, acc)
+        bld.target.reduce_loops(bld, b, e, r_sizes, lambda b, ridx, slot: reduce_item(b, kidx, ridx, slot, inline_outs),
+                                acc, acc_dtype, combine, identity)
+        results(b, kidx, acc, second=sibling_outs)
 
     n = prod(in_shape)
     ops = [nd.op.name for nd in group.nodes]
@@ -880,7 +879,7 @@ def build_reduction(group, name, target=None, aliases=None, layouts=None):
 
             bld.target.map_loops(bld, b, k_sizes, lambda b, kidx: start(b, at(b, kidx)), lo, hi)
             bld.loops(b, r_sizes, lambda b, ridx: bld.target.map_loops(
-                bld, b, k_sizes, lambda b, kidx: reduce_item(b, kidx, ridx, at(b, kidx)), lo, hi))
+                bld, b, k_sizes, lambda b, kidx: reduce_item(b, kidx, ridx, at(b, kidx), pro_outs), lo, hi))
             bld.target.map_loops(bld, b, k_sizes, lambda b, kidx: results(b, kidx, at(b, kidx)), lo, hi)
 
         counted_loop(b, kernel.args[0], kernel.args[1], I64(units), chunk, "chunk")
