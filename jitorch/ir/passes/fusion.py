@@ -445,7 +445,7 @@ class _Partition:
         if not self.prologue_outputs and any(v.node in pro for v in escaping):
             return None
         if (prod(out_space) == 1 or not REDUCTION_SIBLINGS) and pro - self.feeding(red, pro):
-            return None  # (a full reduction writing a value it does not read would not split across threads)
+            return None  # (siblings: a full reduction writing them would not split across threads)
         for n in nodes:
             space = in_space if n in pro or n in rows else out_space
             for v in n.outputs:
