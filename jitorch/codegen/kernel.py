@@ -10,7 +10,9 @@ steps through contiguously are merged, so the common case is one flat loop.
 
 A pointwise kernel loops over its output's shape. A reduction kernel loops
 over the kept dims outside and the reduced dims inside, accumulating the
-pointwise prologue, then computes its epilogue at the kept index; where the
+pointwise prologue (writing the input side's outputs: `fusion.reduction_sides`),
+then computes its epilogue at the kept index and its row epilogue in a second
+pass over the reduced dims; where the
 input's innermost dim is kept, it reduces a chunk of kept elements at a time
 with the reduced dims outside, so its inner loop runs along memory. On the CPU a
 long run of reduced elements is read in several streams, each with its own
@@ -40,7 +42,7 @@ from llvmlite import ir
 from ..ir import lowerable
 from ..ir.fake import fake_args, fake_tensor
 from ..ir.graph import TensorType, Value, iter_values
-from ..ir.passes.fusion import Group
+from ..ir.passes.fusion import Group, reduction_sides
 from ..ops import registry
 from ..ops.pointwise_base import reads_unrounded, rounding_dtype
 from ..runtime import dtypes as _dt
@@ -641,7 +643,10 @@ def build_reduction(group, name, target=None, aliases=None, layouts=None):
     if isinstance(dims, int):
         dims = (dims,)
     reduced = sorted({d % len(in_shape) for d in dims}) if dims and in_shape else list(range(len(in_shape)))
-    merge = _merged_reduced_dims(group, red, reduced)
+    # the input side (the prologue and its siblings, `fusion.reduction_sides`) runs inside the reduction loop, the
+    # row epilogue in a second pass over each row once its result is known
+    _, _, row_nodes = reduction_sides(red, group.nodes)
+    merge = None if row_nodes else _merged_reduced_dims(group, red, reduced)
     bld = _Builder(group if merge is None else replace(group, nodes=[n for n in group.nodes if n is not merge]),
                    name, target, aliases, layouts)
     if merge is not None and merge.args[0] in bld.geometry:
@@ -652,8 +657,9 @@ def build_reduction(group, name, target=None, aliases=None, layouts=None):
         reduced = list(range(len(x.type.shape) - 1, len(in_shape)))
     elif merge is not None:
         bld = _Builder(group, name, target, aliases, layouts)
-    prologue = set(_upstream(red, bld))
-    inner_leaves = bld.with_indices([v for v in bld.geometry if any(v in list(_args(n)) for n in prologue | {red})])
+    prologue = reduction_sides(red, bld.group.nodes)[0] & set(bld.computed)
+    inner_leaves = bld.with_indices([v for v in bld.geometry
+                                     if any(v in list(_args(n)) for n in prologue | row_nodes | {red})])
     if not red.op.pieces["lowering"].indexed:  # (an indexed reduction's index is row-major over them)
         reduced = _memory_order([bld.geometry[v] for v in inner_leaves], in_shape, reduced)
     kept = [d for d in range(len(in_shape)) if d not in reduced]
@@ -662,8 +668,8 @@ def build_reduction(group, name, target=None, aliases=None, layouts=None):
     out_shape = tuple(out_value.type.shape)
     epilogue = [n for n in bld.computed if n is not red and n not in prologue]
 
-    outer_leaves = bld.with_indices([v for v in bld.geometry if any(v in list(_args(n)) for n in epilogue) or
-                                     v in group.outputs])
+    outer_leaves = bld.with_indices([v for v in bld.geometry if any(v in list(_args(n)) for n in epilogue
+                                                                    if n not in row_nodes) or v in group.outputs])
     order = kept + reduced
 
     def over_input(v):
@@ -681,13 +687,16 @@ def build_reduction(group, name, target=None, aliases=None, layouts=None):
     outputs = list(group.outputs)
     # prologue values needed outside (softmax's exp(x - max)) are written inside the reduction loop
     pro_outs = [o for o in outputs if o.node in prologue]
+    row_reads = list(dict.fromkeys(v for n in row_nodes for v in _args(n) if v.node in epilogue and
+                                   v.node not in row_nodes))
+    row_outs = [o for o in outputs if o.node in row_nodes]
     for out in outputs:
-        space = in_shape if out in pro_outs else out_shape
+        space = in_shape if out in pro_outs or out in row_outs else out_shape
         if tuple(out.type.shape) != space:
             raise CompileError(f"reduction group output {out.type} is not over {list(space)}")
     out_write = contiguous_strides(tuple(kept_sizes))  # where the accumulators of a chunk lie
-    pro_writes = [[bld.strides(o)[d] for d in order] for o in pro_outs]
-    epi_outs = [o for o in outputs if o not in pro_outs]
+    pro_writes = [[bld.strides(o)[d] for d in order] for o in pro_outs + row_outs]
+    epi_outs = [o for o in outputs if o not in pro_outs and o not in row_outs]
     epi_writes = [[s[i] for i in range(len(kept))] if not keepdim else [s[d] for d in kept]
                   for s in (bld.strides(o) for o in epi_outs)]
     # merge dims separately inside the kept part and the reduced part
@@ -699,8 +708,8 @@ def build_reduction(group, name, target=None, aliases=None, layouts=None):
     inner_kept = dict(zip(inner_leaves, k_strides[:n_inner]))
     inner_red = dict(zip(inner_leaves, r_strides))
     n_acc = len(inner_acc)
-    pro_kept = dict(zip(pro_outs, k_strides[n_inner:n_acc]))
-    pro_red = dict(zip(pro_outs, r_strides[n_inner:]))
+    pro_kept = dict(zip(pro_outs + row_outs, k_strides[n_inner:n_acc]))
+    pro_red = dict(zip(pro_outs + row_outs, r_strides[n_inner:]))
     n_outer = n_acc + len(outer_leaves)
     outer_strides = dict(zip(outer_leaves, k_strides[n_acc:n_outer]))
     epi_strides = dict(zip(epi_outs, k_strides[n_outer:n_outer + len(epi_outs)]))
@@ -723,11 +732,21 @@ def build_reduction(group, name, target=None, aliases=None, layouts=None):
     # in the slot at the same place of a parallel array
     index_of = {acc: b.alloca(I64)} if reduction.indexed else None
 
-    def reduce_item(b, kidx, ridx, slot):
-        """Fold the prologue's value at (kidx, ridx) into ``slot``; write the prologue's outputs there."""
+    def loader(b, kidx, ridx):
+        """``load(leaf)``: a leaf of the input side or the row epilogue at input index (kidx, ridx)."""
         def load(v):
             off = bld.offset(b, kidx + ridx, list(inner_kept[v]) + list(inner_red[v]), bld.geometry[v][3])
             return bld.read(e, b, ptr, v, off, load)
+        return load
+
+    def store_at(b, kidx, ridx, outs, memo, load):
+        for out in outs:
+            off = bld.offset(b, kidx + ridx, list(pro_kept[out]) + list(pro_red[out]), 0)
+            e.store(bld.evaluate(e, out, memo, load), b.gep(ptr[out], [off]))
+
+    def reduce_item(b, kidx, ridx, slot, outs):
+        """Fold the prologue's value at (kidx, ridx) into ``slot``; write the input side's outputs ``outs`` there."""
+        load = loader(b, kidx, ridx)
         memo = {}
         item = reduction.enter(e, bld.evaluate(e, x, memo, load), compute, acc_dtype)
         if index_of is None:
@@ -739,13 +758,13 @@ def build_reduction(group, name, target=None, aliases=None, layouts=None):
             where = index_of[slot]
             b.store(b.select(takes.value, bld.offset(b, ridx, contiguous_strides(tuple(r_sizes)), 0), b.load(where)),
                     where)
-        for out in pro_outs:
-            off = bld.offset(b, kidx + ridx, list(pro_kept[out]) + list(pro_red[out]), 0)
-            e.store(bld.evaluate(e, out, memo, load), b.gep(ptr[out], [off]))
+        store_at(b, kidx, ridx, outs, memo, load)
 
-    def results(b, kidx, slot, total=None):
+    def results(b, kidx, slot, total=None, second=()):
         """The reduction's result at kept index ``kidx``, from its accumulator in ``slot`` (or ``total``, the
-        result itself), and every value computed from it there (the epilogue), stored."""
+        result itself), and every value computed from it there (the epilogue), stored; then the row epilogue's
+        values and ``second``, input-side outputs, in a second pass over the row (the values the first computed
+        held for it)."""
         if total is None:
             total = reduction.leave(e, e.load(slot, acc_dtype), compute)
         if finish is not None:
@@ -759,11 +778,14 @@ def build_reduction(group, name, target=None, aliases=None, layouts=None):
             memo = {red.outputs[-1]: Scalar(b.load(index_of[slot]), _dt.int64)}
             if len(red.outputs) > 1:
                 memo[out_value] = e.cast(total, out_value.type.dtype)
-        for out in outputs:
-            if out in pro_outs:
-                continue
+        for out in epi_outs:
             s = bld.evaluate(e, out, memo, load_outer)
             e.store(s, b.gep(ptr[out], [bld.offset(b, kidx, epi_strides[out], 0)]))
+        if row_outs or second:
+            for v in row_reads:  # (the epilogue's values the row epilogue reads, at the kept index)
+                bld.evaluate(e, v, memo, load_outer)
+            bld.target.map_loops(bld, b, r_sizes, lambda b, ridx: store_at(
+                b, kidx, ridx, list(second) + row_outs, dict(memo), loader(b, kidx, ridx)))
 
     def start(b, slot):
         e.store(identity, slot)
@@ -772,14 +794,18 @@ def build_reduction(group, name, target=None, aliases=None, layouts=None):
 
     def element(b, kidx, j):
         """The prologue's value at kept index ``kidx`` and flat reduced index ``j``, in the compute dtype."""
-        def load(v):
-            off = bld.offset(b, kidx + [j], list(inner_kept[v]) + list(inner_red[v]), bld.geometry[v][3])
-            return bld.read(e, b, ptr, v, off, load)
-        return e.cast(bld.evaluate(e, x, {}, load), compute)
+        return e.cast(bld.evaluate(e, x, {}, loader(b, kidx, [j])), compute)
 
-    # On the CPU, a run of reduced elements (the reduced dims collapse to one; no prologue output, no index)
-    # is read in several streams at once (`streamed_run`); a float max or min there as `float_extremum` does.
-    run = bld.target is CPU and len(r_sizes) == 1 and not pro_outs and index_of is None
+    # Where the reduced dims are inside (each kept index's row reduced in turn), the siblings' outputs (values of
+    # the input side that the reduction does not read) are written in the row's second pass, with the row
+    # epilogue's: the reduction's loop is then the one it has without them, which LLVM vectorises alike, so the
+    # sum has its bits (LLVM 15 vectorised a row sum storing a sibling at another width, and its bits changed).
+    feeding = _upstream(red, bld)
+    inline_outs = [o for o in pro_outs if o.node in feeding]
+    sibling_outs = [o for o in pro_outs if o not in inline_outs]
+    # On the CPU, a run of reduced elements (the reduced dims collapse to one; no prologue output, no index) is
+    # read in several streams at once (`streamed_run`); a float max or min there as `float_extremum` does.
+    run = bld.target is CPU and len(r_sizes) == 1 and not inline_outs and index_of is None
     extremum = EXTREMA.get(reduction) if run and compute in EXTREMUM_DTYPES and not _carries_float16(bld) else None
 
     def streamed(count):
@@ -810,12 +836,12 @@ def build_reduction(group, name, target=None, aliases=None, layouts=None):
     def kept_body(b, kidx):
         use, streams = streamed(r_sizes[0] if r_sizes else 0)
         if use:
-            results(b, kidx, None, reduce_run(b, kidx, I64(0), I64(r_sizes[0]), streams))
+            results(b, kidx, None, reduce_run(b, kidx, I64(0), I64(r_sizes[0]), streams), sibling_outs)
             return
         start(b, acc)
-        bld.target.reduce_loops(bld, b, e, r_sizes, lambda b, ridx, slot: reduce_item(b, kidx, ridx, slot), acc,
-                                acc_dtype, combine, identity)
-        results(b, kidx, acc)
+        bld.target.reduce_loops(bld, b, e, r_sizes, lambda b, ridx, slot: reduce_item(b, kidx, ridx, slot, inline_outs),
+                                acc, acc_dtype, combine, identity)
+        results(b, kidx, acc, second=sibling_outs)
 
     n = prod(in_shape)
     ops = [nd.op.name for nd in group.nodes]
@@ -827,6 +853,8 @@ def build_reduction(group, name, target=None, aliases=None, layouts=None):
     slots = max(1, chunk_bytes // acc_dtype.itemsize)
     if kept and reduced and kept[-1] == len(in_shape) - 1 and in_shape[-1] > 1 \
             and per_unit * acc_dtype.itemsize <= KEPT_CHUNK_MAX_BYTES:
+        if row_outs:  # (fusion gives a row epilogue only to a reduction of trailing dims)
+            raise CompileError("a row epilogue of a reduction that keeps the input's innermost dim")
         # The input's innermost dim is kept (a sum over rows, as a bias gradient is): the accumulators
         # of a chunk of kept elements (whole units of the outer loop) lie in a stack array, and the
         # reduced dims loop outside the kept ones, so the innermost loop runs along memory and
@@ -851,7 +879,7 @@ def build_reduction(group, name, target=None, aliases=None, layouts=None):
 
             bld.target.map_loops(bld, b, k_sizes, lambda b, kidx: start(b, at(b, kidx)), lo, hi)
             bld.loops(b, r_sizes, lambda b, ridx: bld.target.map_loops(
-                bld, b, k_sizes, lambda b, kidx: reduce_item(b, kidx, ridx, at(b, kidx)), lo, hi))
+                bld, b, k_sizes, lambda b, kidx: reduce_item(b, kidx, ridx, at(b, kidx), pro_outs), lo, hi))
             bld.target.map_loops(bld, b, k_sizes, lambda b, kidx: results(b, kidx, at(b, kidx)), lo, hi)
 
         counted_loop(b, kernel.args[0], kernel.args[1], I64(units), chunk, "chunk")

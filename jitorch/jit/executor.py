@@ -46,7 +46,7 @@ import numpy as np
 from ..runtime.grad_mode import no_grad
 from ..ir.fake import fake_tensor
 from ..ir.graph import Value, iter_values, warning_as_traced
-from ..ir.passes.fusion import Group
+from ..ir.passes.fusion import Group, reduction_sides
 from ..ir.printer import op_counts
 from ..runtime import logs, profiling, threads
 from . import interop
@@ -633,17 +633,12 @@ def _numel(v):
 
 
 def _feeding_reductions(nodes):
-    """The nodes of a reduction group that the reduction reads (its prologue), itself included."""
-    producer = {v: n for n in nodes for v in n.outputs}
-    todo = [n for n in nodes if n.op.kind == "reduction"]
-    seen = set()
-    while todo:
-        n = todo.pop()
-        if n in seen:
-            continue
-        seen.add(n)
-        todo.extend(producer[a] for a in iter_values(n.args) if a in producer)
-    return seen
+    """The nodes of a reduction group evaluated inside its reduction loop (its input side:
+    `fusion.reduction_sides`), the reduction included."""
+    found = set()
+    for red in (n for n in nodes if n.op.kind == "reduction"):
+        found |= reduction_sides(red, nodes)[0] | {red}
+    return found
 
 
 def lifetimes(graph, steps):

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 import jitorch as jt
 from jitorch.codegen.lowering import kind_of
-from jitorch.ir.passes.fusion import Group, fuse
+from jitorch.ir.passes.fusion import Group, fuse, reduction_sides, row_reduction
 from jitorch.jit import trace
 from tests.ir.graphs import graphs
 
@@ -57,11 +57,15 @@ def check_form(g):
         assert kinds.count("reduction") == 1
         red = g.reduction
         assert g.shape == red.args[0].type.shape
-        prologue = ancestors(red, members)
-        for n in g.nodes:
-            if n not in prologue:
-                space[n] = red.outputs[0].type.shape
-                assert not any(v.node in prologue for v in n.input_values()) or n is red
+        inside, epilogue, rows = reduction_sides(red, g.nodes)
+        assert not (inside & epilogue) and not (rows & (inside | epilogue)) and red not in inside | epilogue | rows
+        space[red] = out_space = red.outputs[0].type.shape
+        # siblings (what the reduction does not read) never join a full reduction (its kernel would not split)
+        assert np.prod(out_space) > 1 or inside == ancestors(red, members)
+        assert not rows or row_reduction(g.shape, out_space)
+        for n in epilogue:
+            space[n] = red.outputs[0].type.shape
+            assert not any(v.node in inside for v in n.input_values())
     else:
         assert "reduction" not in kinds
         assert (g.kind == "view") == (set(kinds) == {"view"})
@@ -141,21 +145,29 @@ def test_pointwise_epilogue_joins_the_reduction():
     assert ops(g) == ["mean", "mul"]
 
 
-def test_epilogue_over_a_larger_space_is_another_group():
-    groups = fused(lambda x: x.sum(1, keepdim=True) + x, X)
+def test_epilogue_over_the_rows_joins_as_a_row_epilogue_and_over_columns_is_another_group():
+    (g,) = fused(lambda x: x.sum(1, keepdim=True) + x, X)
+    assert ops(g) == ["sum", "add"] and g.outputs == [g.nodes[1].outputs[0]]
+    groups = fused(lambda x: x.sum(0, keepdim=True) + x, X)
     assert kinds(groups) == ["reduction", "pointwise"]
 
 
-def test_hand_written_softmax_takes_three_groups():
+def test_hand_written_softmax_takes_two_groups():
+    """The division is the sum's row epilogue, which computes ``exp(x - max)`` again rather than reading it."""
     groups = fused(softmax, X)
-    assert [ops(g) for g in groups] == [["amax"], ["sub", "exp", "sum"], ["true_divide"]]
-    e = groups[1].nodes[1].outputs[0]
-    assert e in groups[1].outputs and e in groups[2].inputs  # written once by the reduction kernel
+    assert [ops(g) for g in groups] == [["amax"], ["sub", "exp", "sum", "true_divide"]]
+    assert [len(g.outputs) for g in groups] == [1, 1]  # exp(x - max) is written nowhere
 
 
 def test_prologue_outputs_can_be_refused():
+    def f(x):
+        e = x.exp()
+        return e.sum(0), e
+    assert [ops(g) for g in fused(f, X)] == [["exp", "sum"]]
+    assert [ops(g) for g in fused(f, X, prologue_outputs=False)] == [["exp"], ["sum"]]
+    # (a softmax's division, its row epilogue, computes the exponentials again: no prologue output)
     groups = fused(softmax, X, prologue_outputs=False)
-    assert [ops(g) for g in groups] == [["amax"], ["sub", "exp"], ["sum"], ["true_divide"]]
+    assert [ops(g) for g in groups] == [["amax"], ["sub", "exp", "sum", "true_divide"]]
 
 
 def test_broadcast_input_never_breaks_a_group():
@@ -235,7 +247,7 @@ def test_mutations_and_literal_outputs_are_outputs():
 def test_fusion_logs_its_kernels(caplog):
     caplog.set_level(logging.INFO, logger="jitorch.fusion")
     fused(softmax, X)
-    assert "5 nodes in 3 groups" in caplog.text and "reduction[8, 16]: sub, exp, sum" in caplog.text
+    assert "5 nodes in 2 groups" in caplog.text and "reduction[8, 16]: sub, exp, sum, true_divide" in caplog.text
 
 
 # Random programs: chains of pointwise ops, broadcasts, reductions, views and matmuls ---------------
@@ -292,6 +304,22 @@ def merged(graph, groups, i, j):
     return Group(kind, nodes, inputs, outputs, shape)
 
 
+def row_value_reduced_elsewhere(graph, group):
+    """Whether a value of ``group``'s row epilogue is read by a reduction outside it, or through views (fusion
+    leaves such a value to that reduction's prologue)."""
+    if group.kind != "reduction":
+        return False
+    rows = reduction_sides(group.reduction, group.nodes)[2]
+    reached = {v for n in rows for v in n.outputs if v in group.outputs}
+    for n in graph.nodes:  # (in dataflow order: a view's readers come after it)
+        if reached & set(n.input_values()):
+            if kind_of(n) == "reduction" and n not in group.nodes:
+                return True
+            if kind_of(n) == "view":
+                reached |= set(n.outputs)
+    return False
+
+
 def has_kernel_form(group):
     try:
         check_form(group)
@@ -312,6 +340,8 @@ def check_maximal(graph, groups):
         if "external" in (groups[i].kind, groups[j].kind):
             continue
         candidate = merged(graph, groups, i, j)
+        if candidate is not None and row_value_reduced_elsewhere(graph, candidate):
+            continue
         acyclic = nx.is_directed_acyclic_graph(nx.contracted_nodes(dag, i, j, self_loops=False))
         assert candidate is None or not acyclic or not has_kernel_form(candidate), \
             f"{groups[i]} and {groups[j]} could be one group"

@@ -508,12 +508,12 @@ def _row_written(lib, x):
 def test_values_read_across_a_reduction_then_their_leaves_written(fn):
     """A pointwise value read by a sum and after it (the pass computes it again after the sum, from its cone's
     leaves) where the program writes a leaf in between: the reader after the sum sees the values before the write,
-    as eager and torch do. The first program's kernels compute ``exp`` twice (before the sum and after it)."""
+    as eager and torch do. The first program's kernel computes ``exp`` twice (before the sum and after it)."""
     a = np.random.default_rng(11).standard_normal((5, 7)).astype(np.float32)
     compiled = jt.compile(lambda x: fn(jt, x))
     if fn is _normalised_then_written:
         kernels = [k.ops for k in compiled.lower(jt.tensor(a)).kernels]
-        assert sum("exp" in ops for ops in kernels) == 2, kernels
+        assert sum(ops.count("exp") for ops in kernels) == 2, kernels  # (one kernel: the sum's row epilogue)
     for got, eager, want in zip(compiled(jt.tensor(a)), fn(jt, jt.tensor(a)), fn(torch, torch.tensor(a))):
         np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-5)
         np.testing.assert_allclose(got.numpy(), eager.numpy(), rtol=1e-5)

@@ -76,7 +76,7 @@ PLAN_DAMAGES = {
     "not integers": "it is not a group number below",
     "two externals": "holds an external call",
     "two reductions": "holds two reductions",
-    "an epilogue over the reduction's input": "has no kernel form",
+    "an epilogue over the reduction's input that another reduction reads": "has no kernel form",
     "cycle": "its groups depend on each other in a cycle",
 }
 
@@ -100,10 +100,11 @@ def test_a_plan_that_breaks_fusions_rules_is_dropped_and_the_graph_fused_anew(da
         bad[products[1]] = bad[products[0]]
     elif damage == "two reductions":
         bad[total] = bad[mean]
-    elif damage == "an epilogue over the reduction's input":
-        # x - mean(x) in the mean's group: its kernel would write a value of the input's shape after its loop
-        assert ops[mean + 1] == "sub"
-        bad[mean + 1] = bad[mean]
+    elif damage == "an epilogue over the reduction's input that another reduction reads":
+        # x - mean(x) and its square in the mean's group, as its row epilogue: the square, which the next sum reads,
+        # is that sum's prologue (fusion's rule), not a value the mean's kernel writes for it
+        assert ops[mean + 1:mean + 4] == ["sub", "mul", "sum"]
+        bad[mean + 1] = bad[mean + 2] = bad[mean]
     else:
         # the add after the first product and the add after the second, alone in a group of their own: legal as
         # a kernel, but the second add reads the first's group through the second product

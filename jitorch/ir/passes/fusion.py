@@ -11,7 +11,18 @@ comes from `jitorch.ir.lowerable.kind_of` (the code generator's rule):
 * a reduction absorbs its pointwise prologue (the nodes it depends on, over
   its input shape or broadcasting to it) and an epilogue over its output
   shape; its kernel visits every input element once, so the prologue may also
-  write values other groups need (``e`` in a softmax);
+  write values other groups need (``e`` in a softmax), and pointwise siblings
+  over its input shape that the reduction does not read may join it as more
+  such values (`reduction_sides`: a producer writing a value the reduction
+  sums and another it does not, one kernel rather than two reading the
+  producer's operands); not a full reduction's, whose kernel would then not
+  split across threads; and, where it reduces each row of its input's
+  trailing dims (keeping them, of size 1) and a row holds at most
+  `ROW_EPILOGUE_MAX` elements, a row epilogue: pointwise nodes over its
+  input that read its result (``g - exp(out) * g.sum(-1, keepdim=True)``),
+  computed in a second pass over each row while the row is in cache, unless
+  a reduction outside reads what they write, or a view of it (its prologue
+  computes them rather than reading them from memory);
 * a view of a value from outside the group (or of such a view) folds into the
   group that consumes it as index maths; a view of a value computed in the
   group would need that value in memory, so it starts a later group; a view
@@ -31,7 +42,8 @@ comes from `jitorch.ir.lowerable.kind_of` (the code generator's rule):
 Groups grow by merging, most valuable first: producer and consumer over the
 same space, then reductions with their prologue and epilogue, then any other
 legal producer-consumer pair (broadcast inputs), then siblings over one space
-that read a common value, then pointwise groups of one element that share nothing (an optimizer's step
+that read a common value (a pointwise cluster and a reduction over its input
+among them), then pointwise groups of one element that share nothing (an optimizer's step
 counters, one per parameter: a kernel call costs more than their arithmetic). A merge happens when the merged group still has one
 kernel form (`_Partition.union_form`) and at most `MAX_GROUP_NODES` nodes, and
 the graph of groups stays acyclic (checked against a topological order of the
@@ -126,6 +138,78 @@ def _logged(graph, groups):
 
 def _shape(value):
     return tuple(value.type.shape)
+
+
+def reduction_sides(red, nodes, reads=None, users=None):
+    """(input side, epilogue, row epilogue) of a reduction group: ``nodes`` (with ``red``, its reduction) split
+    by where its kernel evaluates them. The epilogue is what ``red``'s result feeds (through ``nodes``) and the
+    nodes only that needs, computed over the output after the reduction loop; of it, where ``red`` is a row
+    reduction (`row_reduction`), the row epilogue is what holds values over the reduction's input (a value over
+    the output broadcast back over the reduced dims: ``g - exp(out) * s`` after ``s = g.sum(-1, keepdim=True)``),
+    computed in a second pass over each row once its result is known. Every other node (what ``red`` reads, its
+    prologue, and the siblings it does not read) is evaluated at each input element inside the loop. ``reads``:
+    node -> the values it reads (``Node.input_values`` by default); ``users``: value -> the nodes reading it
+    (any: those of ``nodes`` count; by default found among ``nodes``). The walks start from ``red`` and the
+    epilogue, which are few, not from the whole group."""
+    members = nodes if isinstance(nodes, (set, frozenset)) else set(nodes)
+    reads = reads or (lambda n: n.input_values())
+    if users is None:
+        readers = {}
+        for n in members:
+            for v in reads(n):
+                readers.setdefault(v, []).append(n)
+        users = lambda v: readers.get(v, ())  # noqa: E731
+
+    def up(starts):
+        found, stack = set(), list(starts)
+        while stack:
+            for v in reads(stack.pop()):
+                m = v.node
+                if m in members and m not in found and m is not red:
+                    found.add(m)
+                    stack.append(m)
+        return found
+
+    def down(starts):
+        found, stack = set(starts), list(starts)
+        while stack:
+            for v in stack.pop().outputs:
+                for m in users(v):
+                    if m in members and m not in found:
+                        found.add(m)
+                        stack.append(m)
+        return found
+    prologue = up([red])
+    after = down([red]) - {red}
+    # (the walk up from the epilogue stops at ``red``: what it reads is the prologue)
+    epilogue = (after | up(after)) - prologue if after else set()
+    in_space, out_space = _shape(red.args[0]), _shape(red.outputs[0])
+    rows = set()
+    if epilogue and row_reduction(in_space, out_space):
+        rows = down([n for n in epilogue if any(_shape(v) == in_space for v in n.outputs)])
+    return members - epilogue - {red}, epilogue - rows, rows
+
+
+def row_reduction(in_space, out_space):
+    """The number of leading dims a reduction from ``in_space`` to ``out_space`` keeps, where it reduces the
+    trailing dims to size 1 (``keepdim``) and its rows (the reduced dims) hold at most `ROW_EPILOGUE_MAX`
+    elements: the reductions whose groups may hold a row epilogue (`reduction_sides`); else 0."""
+    if len(in_space) != len(out_space):
+        return 0
+    kept = 0
+    while kept < len(in_space) and in_space[kept] == out_space[kept]:
+        kept += 1
+    if not kept or any(d != 1 for d in out_space[kept:]) or prod(in_space[kept:]) > ROW_EPILOGUE_MAX:
+        return 0
+    return kept
+
+
+# Whether pointwise siblings over a reduction's input join its group (`reduction_sides`); benchmarks/multiout.py
+# compares the steps built with and without them.
+REDUCTION_SIBLINGS = True
+# The most elements of a row that a row epilogue reads again (`reduction_sides`): 64K float32, 256 KB, stay in
+# a core's L2 cache between the reduction's pass and the epilogue's (0: no row epilogue).
+ROW_EPILOGUE_MAX = 1 << 16
 
 
 def _broadcasts_to(shape, space):
@@ -350,7 +434,48 @@ class _Partition:
             return None
         return pointwise, space
 
-    def prologue(self, red, nodes):
+    def reduction_form(self, red, nodes, escaping):
+        """(None, space) of a group with reduction ``red``, or None if it has no kernel form.
+
+        The input side (`reduction_sides`: what ``red`` depends on and its siblings) runs over the
+        reduction's input, the epilogue over its output after the reduction loop, where input-side values
+        are gone."""
+        pro, _, rows = reduction_sides(red, nodes, self.reads.__getitem__, self.users_of)
+        in_space, out_space = _shape(red.args[0]), _shape(red.outputs[0])
+        if not self.prologue_outputs and any(v.node in pro for v in escaping):
+            return None
+        if (prod(out_space) == 1 or not REDUCTION_SIBLINGS) and pro - self.feeding(red, pro):
+            return None  # (siblings: a full reduction writing them would not split across threads)
+        for n in nodes:
+            space = in_space if n in pro or n in rows else out_space
+            for v in n.outputs:
+                if v in escaping:
+                    if _shape(v) != space:
+                        return None
+                    if n in rows and self.reduced_elsewhere(v, nodes):
+                        return None  # (better that reduction's prologue: computed there, not written and read)
+                elif self.kind[n] == "pointwise" and not _broadcasts_to(_shape(v), space):
+                    return None
+                if n in pro and any(u in nodes and u is not red and u not in pro and u not in rows
+                                    for u in self.users.get(v, ())):
+                    return None  # an input-side value read by the epilogue (the row epilogue computes it again)
+        return None, in_space
+
+    def users_of(self, value):
+        return self.users.get(value, ())
+
+    def reduced_elsewhere(self, value, nodes):
+        """Whether a reduction outside ``nodes`` reads ``value``, or a view of it."""
+        stack = [value]
+        while stack:
+            for u in self.users.get(stack.pop(), ()):
+                if u not in nodes and self.kind[u] == "reduction":
+                    return True
+                if self.kind[u] == "view":
+                    stack += u.outputs
+        return False
+
+    def feeding(self, red, nodes):
         """The nodes of ``nodes`` that ``red`` depends on (through nodes of ``nodes``)."""
         found, stack = set(), [red]
         while stack:
@@ -359,27 +484,6 @@ class _Partition:
                     found.add(v.node)
                     stack.append(v.node)
         return found
-
-    def reduction_form(self, red, nodes, escaping):
-        """(None, space) of a group with reduction ``red``, or None if it has no kernel form.
-
-        The prologue (what ``red`` depends on) runs over the reduction's input, the rest (the
-        epilogue) over its output after the reduction loop, where prologue values are gone."""
-        pro = self.prologue(red, nodes)
-        in_space, out_space = _shape(red.args[0]), _shape(red.outputs[0])
-        if not self.prologue_outputs and any(v.node in pro for v in escaping):
-            return None
-        for n in nodes:
-            space = in_space if n in pro else out_space
-            for v in n.outputs:
-                if v in escaping:
-                    if _shape(v) != space:
-                        return None
-                elif self.kind[n] == "pointwise" and not _broadcasts_to(_shape(v), space):
-                    return None
-                if n in pro and any(u in nodes and u is not red and u not in pro for u in self.users.get(v, ())):
-                    return None  # a prologue value read by the epilogue
-        return None, in_space
 
     def union_form(self, a, b):
         """The `_Union` of clusters ``a`` and ``b``, or None if the merged group would have no kernel
@@ -558,6 +662,13 @@ class _Partition:
                         merged |= self.try_merge(a, b)
         return merged
 
+    def sibling_space(self, a, b):
+        """Both clusters over one space, pointwise or views, or one of them a reduction over its input."""
+        if self.one_reduction(a, b):
+            other = b if a.reduction is not None else a
+            return other.kind == "pointwise" and a.space is not None and a.space == b.space
+        return self.same_space(a, b)
+
     def merge_siblings(self):
         """Merge clusters over one space that read a common value (one kernel, several outputs)."""
         merged = False
@@ -565,7 +676,7 @@ class _Partition:
             for i, u in enumerate(users):
                 for w in users[i + 1:]:
                     a, b = self.owner[u], self.owner[w]
-                    if a is not b and self.same_space(a, b):
+                    if a is not b and self.sibling_space(a, b):
                         merged |= self.try_merge(a, b)
         return merged
 
@@ -654,4 +765,4 @@ class _Partition:
         return [self.group(c) for c in order]
 
 
-__all__ = ["Group", "fuse", "fuse_with_plan"]
+__all__ = ["Group", "fuse", "fuse_with_plan", "reduction_sides", "row_reduction"]
