@@ -20,10 +20,12 @@ from jitorch.runtime import blas_calls, threads
 {before}
 rng = np.random.default_rng(0)
 a, b = rng.standard_normal((64, 48)).astype(np.float32), rng.standard_normal((48, 40)).astype(np.float32)
-one, parts = np.empty((64, 40), np.float32), np.empty((64, 40), np.float32)
-ran = blas_calls.run_gemm_calls([(a, b, one)]) and blas_calls.run_gemm_parts(a, b, parts, 1, True, 64 * 48 * 40)
+one, parts, whole = (np.empty((64, 40), np.float32) for _ in range(3))
+# parts run MKL's gemm (fixed parts, session 47): compared with MKL's whole call, the lone call with NumPy's
+ran = (blas_calls.run_gemm_calls([(a, b, one)], False) and blas_calls.run_gemm_parts(a, b, parts, 1, True)
+       and blas_calls.run_gemm_calls([(a, b, whole)], True))
 info = cpu.program_cache().info()
-print(ran, one.tobytes() == parts.tobytes() == (a @ b).tobytes(), threads._native.cache_info().currsize,
+print(ran, one.tobytes() == (a @ b).tobytes() and parts.tobytes() == whole.tobytes(), threads._native.cache_info().currsize,
       info.disk_hits, info.misses, info.writes)
 """
 

@@ -178,7 +178,9 @@ def test_exp_of_a_product_whose_operand_the_backward_reads_is_computed_again_fro
     bytes as exp(a * b), which the forward's kernel would write only to save it."""
     f = jt.compile(lambda x, w1, w2: ((x @ w1.t()) * (x @ w2.t()).detach()).exp().sin())
     rng = np.random.default_rng(1)
-    args = [rng.standard_normal((6, 5)).astype(np.float32) for _ in range(3)]
+    # halved: at unit scale exp(a * b) reaches 19223, where sin's gradient turns an ulp of exp into 1% (torch's
+    # float32 gradient is 1.1% off float64's there, jitorch's 0.09%, and which is closer depends on the CPU)
+    args = [(rng.standard_normal((6, 5)) / 2).astype(np.float32) for _ in range(3)]
     ours = [jt.from_numpy(a).requires_grad_() for a in args]
     f(*ours).sum().backward()
     (entry,) = f.cache.values()
