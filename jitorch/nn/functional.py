@@ -35,7 +35,7 @@ from jitorch.nn.antialias import resample as antialias_resample
 from jitorch.nn.sampling import affine_grid, cubic_taps, grid_sample
 from jitorch.ops.reductions import moments  # (not var_mean: its mean carries torch's Welford infinities)
 from jitorch.ops.value_checks import check as _check_values
-from jitorch.ops.registry import DISPATCH_HOOKS as _HOOKS, OPS as _OPS, scalar_name
+from jitorch.ops.registry import DISPATCH_HOOKS as _HOOKS, OPS as _OPS, cpp_name, scalar_name
 from jitorch.runtime import cuda_backend, fp_errors
 from jitorch.runtime.autocast_mode import STATE as _AUTOCAST
 from jitorch.runtime.strided import contiguous_strides, is_contiguous
@@ -346,6 +346,10 @@ def _check_conv(input, weight, bias, groups, nd, name, transposed=False):
     if input.ndim not in (nd + 1, nd + 2):
         raise RuntimeError(f"Expected {nd + 1}D (unbatched) or {nd + 2}D (batched) input to {name}, but got input "
                            f"of size: {list(input.shape)}")
+    if bias is not None and bias.dtype is not input.dtype and not transposed:
+        # (a transposed convolution adds its bias in the result's dtype, as torch's)
+        raise RuntimeError(f"Input type ({cpp_name(input.dtype)}) and bias type ({cpp_name(bias.dtype)}) should be "
+                           "the same")
     if input.dtype is not weight.dtype:
         raise RuntimeError(f"expected scalar type {scalar_name(input.dtype)} but found {scalar_name(weight.dtype)}")
     if groups <= 0:
@@ -489,7 +493,7 @@ def _conv_transpose(input, weight, bias, stride, padding, output_padding, groups
     y = y.as_strided((c_out, *out, n), strides, sum(p * st for p, st in zip(padding, strides[1:-1])))
     y = _batch_first(y)
     if bias is not None:
-        y = y + bias.reshape(-1, *([1] * nd))
+        y = y + bias.reshape(-1, *([1] * nd)).to(y.dtype)
     return y.squeeze(0) if unbatched else y
 
 
@@ -819,7 +823,15 @@ def _adaptive_sizes(output_size, nd, name):
     return sizes
 
 
+def _check_output_size_dims(input, output_size, nd):
+    """torch.nn.functional's own check of a 2-d or 3-d adaptive pooling's ``output_size`` sequence (its
+    ``_list_with_default``), before the op's: a ValueError where the input has no more dims than it."""
+    if nd > 1 and not isinstance(output_size, int) and output_size is not None and len(output_size) >= input.ndim:
+        raise ValueError(f"Input dimension should be at least {len(output_size) + 1}")
+
+
 def _adaptive_avg_pool(input, output_size, nd, name):
+    _check_output_size_dims(input, output_size, nd)
     if input.ndim not in (nd + 1, nd + 2):
         raise RuntimeError(f"{name}(): Expected {nd + 1}D or {nd + 2}D tensor, but got {list(input.shape)}")
     output_size = _adaptive_sizes(output_size, nd, name)
@@ -869,6 +881,7 @@ def _adaptive_windows(size, out):
 
 def _adaptive_max_pool(input, output_size, return_indices, nd):
     name = f"adaptive_max_pool{nd}d"
+    _check_output_size_dims(input, output_size, nd)
     if nd == 1 and input.ndim not in (2, 3):
         raise RuntimeError(f"Expected 2 to 3 dimensions, but got {input.ndim}-dimensional tensor for argument #1 "
                            "'self' (while checking arguments for adaptive_max_pool1d)")

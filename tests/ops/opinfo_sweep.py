@@ -104,9 +104,15 @@ class LaidOut(Lib):
     """A library whose tensor arguments are built in one of LAYOUTS (the same values in every layout but
     ``expanded``, which repeats the input's first row along its first dim in both libraries)."""
 
-    def __init__(self, root, layout, grads):
+    def __init__(self, root, layout, grads, dense=False):
         super().__init__(root)
-        self.layout, self.grads, self.leaves, self.first = layout, grads, [], True
+        self.layout, self.grads, self.leaves, self.first, self.dense = layout, grads, [], True, dense
+
+    def tensor(self, array, requires_grad=False):
+        """A tensor owning its memory (torch's from_numpy storage cannot be resized by an ``out=``)."""
+        t = super().tensor(array)
+        t = t.clone() if self.is_torch else t
+        return t.requires_grad_() if requires_grad else t
 
     def convert(self, obj):
         if isinstance(obj, torch.Tensor):
@@ -124,6 +130,8 @@ class LaidOut(Lib):
             t = self.tensor(array[:1]).expand(*array.shape)
         else:
             t = self.tensor(array, requires_grad)
+        if self.dense and not requires_grad:
+            t = t.contiguous()
         if requires_grad:
             self.leaves.append(t)
         return t
@@ -208,8 +216,8 @@ def compare(expected, got, *, strides=False, view=False, meta=False, mode="value
             why = _values(a, b, mode)
             if why:
                 return where + why
-            if (strides or (view and a._is_view())) and a.numel() > 1:
-                why = _strides(a, b, view and a._is_view())
+            if (strides or view) and a.numel() > 1:
+                why = _strides(a, b)
                 if why:
                     return where + why
         elif isinstance(a, float) and isinstance(b, (int, float)) and not isinstance(b, bool):
@@ -235,7 +243,7 @@ def _values(a, b, mode):
     return None
 
 
-def _strides(a, b, view):
+def _strides(a, b):
     sized = [d for d in range(a.ndim) if a.shape[d] > 1]
     theirs, ours = [a.stride(d) for d in sized], [b.stride(d) for d in sized]
     if theirs != ours:
@@ -301,6 +309,13 @@ def closer(expected, got, oracle):
     return True
 
 
+def torch_gradient_wrong(name):
+    """Whether docs/differences-from-torch.md (Autograd) says torch's gradient of op ``name`` is wrong: the
+    fuzzer's list of them, whose gradients are checked by finite differences instead."""
+    from tests.fuzz.generator import torch_derivative_wrong
+    return torch_derivative_wrong(name)
+
+
 def _float64_gradients(theirs, sample, cotangents):
     """torch's gradients of ``sample``'s results (with ``cotangents``) with every float input in float64."""
     def up(obj):
@@ -342,6 +357,31 @@ def same_exception_type(mine, theirs):
         return isinstance(mine, kind)
     names = {c.__name__.lstrip("_") for c in type(mine).__mro__}
     return kind.__name__.lstrip("_") in names
+
+
+def _cast_into_out(theirs, sample, layout):
+    """torch's result of ``sample`` without its ``out=`` tensor, cast to that tensor's dtype, where the two
+    dtypes differ and the cast is one torch allows; else None."""
+    out = sample.kwargs.get("out")
+    if not isinstance(out, torch.Tensor):
+        return None
+    lib = LaidOut(torch, layout, False)
+    try:
+        result = _quiet(theirs, lib.convert(sample.input), *lib.convert(tuple(sample.args)),
+                        **lib.convert({k: v for k, v in sample.kwargs.items() if k != "out"}))
+    except Exception:
+        return None
+    if not isinstance(result, torch.Tensor) or result.dtype == out.dtype or \
+            not torch.can_cast(result.dtype, out.dtype) or result.shape != out.shape:
+        return None
+    return result.to(out.dtype)
+
+
+def _aliases(result, args):
+    """Whether a tensor result of torch shares memory with a tensor argument (a view: strides compared)."""
+    pointers = {t.untyped_storage().data_ptr() for t in _tensors(args)}
+    return any(isinstance(r, torch.Tensor) and r.layout == torch.strided and r.numel() > 0
+               and r.untyped_storage().data_ptr() in pointers for r in _flat(result))
 
 
 def _snapshot(tensors):
@@ -438,7 +478,12 @@ class Sweep:
         except SkipSample:
             raise
         except Exception as exc:
-            return self._raises(op, ours, jlib, sample, tag, exc)
+            if layout == "contiguous" or "view size is not compatible" not in str(exc):
+                return self._raises(op, ours, jlib, sample, tag, exc, theirs)
+            # torch's kernel views a stride it cannot (take_along_dim): its result on contiguous copies
+            tlib = LaidOut(torch, layout, grads, dense=True)
+            targs, tkwargs, expected = self._call(theirs, tlib, sample)
+            tag += " (torch raises on this layout)"
         jitorch.manual_seed(0)
         try:
             args = (jlib.convert(sample.input),) + tuple(jlib.convert(tuple(sample.args)))
@@ -453,7 +498,7 @@ class Sweep:
         if mode == "values" and dtype != torch.float32 and calls.TIES.search(op.name):
             mode = "ties"
         why = compare(expected, got, strides=type(op).__name__ in POINTWISE and mode == "values",
-                      view=mode == "values", meta=mode == "meta", mode=mode)
+                      view=mode == "values" and _aliases(expected, (targs, tkwargs)), meta=mode == "meta", mode=mode)
         kind = "pass"
         if why and why.startswith(("values", "result")) and "values differ" in why and \
                 dtype in (torch.float32, torch.float16, torch.bfloat16):
@@ -467,7 +512,7 @@ class Sweep:
         if why and kind == "pass":
             return self.record(op, tag, "mismatch", why)
         if grads and mode == "values":
-            why = self._gradients(expected, got, tlib.leaves, jlib.leaves, ours, args, kwargs, (theirs, sample))
+            why = self._gradients(expected, got, tlib.leaves, jlib.leaves, ours, args, kwargs, (theirs, sample, op.name))
             if why:
                 return self.record(op, tag, "mismatch", f"gradient: {why}")
         if self.compiled and type(op).__name__ in COMPILED and mode == "values" and \
@@ -477,8 +522,11 @@ class Sweep:
                 return self.record(op, tag, "mismatch", f"compiled: {why}")
         self.record(op, tag, kind, why or "")
 
-    def _raises(self, op, ours, jlib, sample, tag, exc):
-        """torch raised for the sample: jitorch must raise the same type, leaving its tensors unchanged."""
+    def _raises(self, op, ours, jlib, sample, tag, exc, theirs=None):
+        """torch raised for the sample: jitorch must raise the same type, leaving its tensors unchanged; where
+        torch refuses an ``out=`` of another dtype than the result's, jitorch must cast the result into it
+        (docs/differences-from-torch.md, Op calls torch refuses: out= of another dtype)."""
+        cast = _cast_into_out(theirs, sample, jlib.layout) if theirs is not None else None
         try:
             args = (jlib.convert(sample.input),) + tuple(jlib.convert(tuple(sample.args)))
             kwargs = jlib.convert(dict(sample.kwargs))
@@ -490,6 +538,9 @@ class Sweep:
         before = _snapshot(tensors)
         try:
             _quiet(ours, *args, **kwargs)
+            if cast is not None:
+                why = compare(cast, kwargs["out"])
+                return self.record(op, tag, "mismatch" if why else "documented", why or "out= of another dtype")
         except Exception as mine:
             if not same_exception_type(mine, exc):
                 return self.record(op, tag, "mismatch", f"raises {type(mine).__name__}, torch {type(exc).__name__}"
@@ -527,7 +578,9 @@ class Sweep:
         for i, (a, b) in enumerate(zip(theirs, mine)):
             why = compare(a, b)
             if why and not (a.dtype != torch.float64 and "values differ" in why
-                            and closer([a], [b], [_float64_gradients(*call, cot)[i]])):
+                            and closer([a], [b], [_float64_gradients(*call[:2], cot)[i]])):
+                if torch_gradient_wrong(call[2]):
+                    return self._gradcheck(ours, args, kwargs, jleaves)
                 return f"input {i}: {why}"
         return None
 
@@ -589,7 +642,7 @@ class Sweep:
             except Exception as exc:
                 try:
                     with _deadline(SAMPLE_SECONDS):
-                        self._raises(op, ours, LaidOut(jitorch, "contiguous", False), sample, tag, exc)
+                        self._raises(op, ours, LaidOut(jitorch, "contiguous", False), sample, tag, exc, theirs)
                 except SkipSample:
                     pass
                 continue

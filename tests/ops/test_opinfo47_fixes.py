@@ -1,0 +1,75 @@
+"""Regression tests of the defects the OpInfo sweep (tests/ops/opinfo_sweep.py) found, each against torch."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import jitorch as jt
+
+
+def test_cholesky_of_an_empty_matrix_keeps_the_autograd_graph():
+    """OpInfo cholesky, float64 sample #2 (a 0x0 matrix, upper=True, requires_grad): torch's result requires
+    grad (its empty gradient flows back); jitorch's was a fresh tensor outside the graph."""
+    for shape in [(0, 0), (2, 0, 0), (0, 3, 3)]:
+        a = jt.zeros(shape, dtype=jt.float64, requires_grad=True)
+        r = jt.cholesky(a, upper=True)
+        assert r.requires_grad and tuple(r.shape) == shape
+        (g,) = jt.autograd.grad(r.sum(), a)
+        assert tuple(g.shape) == shape
+
+
+@pytest.mark.parametrize("value", [True, 3, 2.5])
+def test_sum_to_size_of_the_empty_size_is_the_sum(value):
+    """OpInfo sum_to_size, bool sample #0 (a 0-d tensor, size ()): torch's sum_to gives ``x.sum()`` for an
+    empty size (int64 for bool and ints, a new tensor); jitorch returned the bool input itself."""
+    ours, theirs = jt.tensor(value), torch.tensor(value)
+    got, want = ours.sum_to_size(()), theirs.sum_to_size(())
+    assert got.dtype.name == str(want.dtype)[6:] and got.item() == want.item()
+    assert got is not ours
+
+
+@pytest.mark.parametrize("conv, dims", [("conv1d", 1), ("conv2d", 2), ("conv3d", 3)])
+@pytest.mark.parametrize("bias_dtype", ["float64", "int64", "float16"])
+def test_convolution_refuses_a_bias_of_another_dtype(conv, dims, bias_dtype):
+    """OpInfo nn.functional.conv2d/conv1d error_inputs #0 (int64 input, float64 weight and bias): torch
+    raises "Input type (...) and bias type (...) should be the same"; jitorch added a float64 bias to a
+    float32 convolution and returned float64."""
+    def call(lib):
+        x = lib.ones((1, 1) + (3,) * dims)
+        w = lib.ones((1, 1) + (2,) * dims)
+        return getattr(lib.nn.functional, conv)(x, w, lib.ones(1, dtype=getattr(lib, bias_dtype)))
+    with pytest.raises(RuntimeError) as theirs:
+        call(torch)
+    with pytest.raises(RuntimeError) as ours:
+        call(jt)
+    assert str(ours.value) == str(theirs.value)
+
+
+@pytest.mark.parametrize("bias_dtype", ["float64", "int64"])
+def test_transposed_convolution_adds_a_bias_of_another_dtype_in_the_result_dtype(bias_dtype):
+    """Found next to the conv2d case: torch's transposed convolution takes a bias of another dtype and
+    returns the input's dtype; jitorch's promoted the result to float64."""
+    rng = np.random.default_rng(0)
+    x, w = rng.standard_normal((1, 2, 3, 3)).astype(np.float32), rng.standard_normal((2, 2, 2, 2)).astype(np.float32)
+    b = np.array([3, -2], dtype=bias_dtype)
+    want = torch.nn.functional.conv_transpose2d(torch.tensor(x), torch.tensor(w), torch.tensor(b))
+    got = jt.nn.functional.conv_transpose2d(jt.tensor(x), jt.tensor(w), jt.tensor(b))
+    assert got.dtype is jt.float32
+    np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1.3e-6, atol=1e-5)
+
+
+@pytest.mark.parametrize("pool", ["adaptive_avg_pool2d", "adaptive_max_pool2d", "adaptive_avg_pool3d",
+                                  "adaptive_max_pool3d"])
+def test_adaptive_pooling_raises_value_error_for_an_output_size_as_long_as_the_input(pool):
+    """OpInfo nn.functional.adaptive_avg_pool2d error_inputs #0 (a 2x2 input, output_size (2, 2)): torch's
+    functional raises ValueError("Input dimension should be at least 3") before the op; jitorch raised
+    RuntimeError. An int output_size reaches the op's own RuntimeError in both."""
+    nd = int(pool[-2])
+    for lib in (torch, jt):
+        fn = getattr(lib.nn.functional, pool)
+        with pytest.raises(ValueError, match=f"Input dimension should be at least {nd + 1}"):
+            fn(lib.ones((2,) * nd), (2,) * nd)
+        with pytest.raises(RuntimeError):
+            fn(lib.ones((2,) * nd), 2)
