@@ -528,6 +528,24 @@ def _bounds_as_numbers(convert):
 for _name in ("clamp", "clip"):
     registry.OPS[_name].convert = _bounds_as_numbers(registry.OPS[_name].convert)
 
+
+
+def _numbers_as_self(convert):
+    """An arithmetic op's argument converter, then torch's argument parser's leave for two Python numbers
+    (its ``should_allow_numbers_as_tensors`` ops): ``torch.add(3.0, 2)`` is a 0-d tensor of the numbers'
+    dtype (the default float, int64 or bool), as ``self`` made a 0-d tensor of its own kind gives it (a bool
+    ``self`` of ``sub`` is refused as torch's)."""
+    def converted(args):
+        a = convert(args)
+        if isinstance(a[0], Number) and isinstance(a[1], Number):
+            a[0] = registry.Tensor._from_array(np.asarray(a[0], _dt.result_type(a[0]).np))
+        return a
+    return converted
+
+
+for _name in ("add", "sub", "subtract", "mul", "multiply", "true_divide", "floor_divide", "_div_trunc"):
+    registry.OPS[_name].convert = _numbers_as_self(registry.OPS[_name].convert)
+
 _DIV_MODES = {None: "true_divide", "trunc": "_div_trunc", "floor": "floor_divide"}
 
 

@@ -73,3 +73,30 @@ def test_adaptive_pooling_raises_value_error_for_an_output_size_as_long_as_the_i
             fn(lib.ones((2,) * nd), (2,) * nd)
         with pytest.raises(RuntimeError):
             fn(lib.ones((2,) * nd), 2)
+
+
+@pytest.mark.parametrize("name", ["add", "sub", "mul", "div", "true_divide", "floor_divide", "multiply",
+                                  "subtract", "divide"])
+def test_arithmetic_of_two_python_numbers_is_a_0d_tensor(name):
+    """OpInfo add reference sample #47 (float32: ``add(-8.48, -1.77)``), and mul's, sub's and div's alike:
+    torch's argument parser takes two numbers for these ops (a 0-d tensor of the numbers' dtype); jitorch
+    raised TypeError("expected at least one Tensor argument"). Mixed kinds, bools (``sub`` of a bool refused)
+    and integer division by zero as torch."""
+    for a, b in [(3.0, 2.0), (3, 2), (True, True), (True, 2), (3, 2.5), (0.1, 0.2), (2 ** 40 + 1, 0.5), (-7, 2),
+                 (True, 2.5), (3, 0)]:
+        results = []
+        for lib in (torch, jt):
+            try:
+                r = getattr(lib, name)(a, b)
+                results.append((str(r.dtype).rsplit(".", 1)[-1], r.shape == (), r.item()))
+            except Exception as exc:  # the same refusal in both
+                results.append(type(exc).__name__)
+        assert results[0] == results[1], (a, b)
+
+
+def test_arithmetic_of_two_python_numbers_into_out_and_compiled():
+    out = jt.empty(())
+    jt.add(1.5, 2, alpha=3, out=out)
+    assert out.item() == torch.add(1.5, 2, alpha=3).item()
+    f = jt.compile(lambda x: x * jt.mul(2, 3))
+    assert f(jt.ones(2)).tolist() == [6.0, 6.0]
