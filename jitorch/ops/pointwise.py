@@ -24,7 +24,7 @@ from ..runtime import fp_errors
 from ..runtime.casts import convert
 from . import arc_functions, erf_float32, normal_cdf, powers, registry, special_math
 from .meta import ALWAYS_BOOL, DEFAULT, INT_TO_FLOAT, KEEP_INT, opmath
-from .pointwise_base import check_fits, defpointwise, scalar_in
+from .pointwise_base import check_fits, defpointwise, memory_order, scalar_in
 from .registry import cpp_name, defop, scalar_name
 from .schema import parse_schema
 
@@ -1103,7 +1103,7 @@ def _frexp_cpu(spec, x):
 
 
 defop("frexp(Tensor self) -> (Tensor mantissa, Tensor exponent)", meta=_frexp_meta, cpu=_frexp_cpu,
-      variants=("function", "method", "out"),
+      variants=("function", "method", "out"), layout=memory_order((0,), frozenset({0})),
       doc="``self = mantissa * 2 ** exponent`` with ``|mantissa|`` in [0.5, 1) (0, inf and NaN kept, exponent "
           "0); the exponent is int32.")
 

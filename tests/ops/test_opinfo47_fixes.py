@@ -100,3 +100,17 @@ def test_arithmetic_of_two_python_numbers_into_out_and_compiled():
     assert out.item() == torch.add(1.5, 2, alpha=3).item()
     f = jt.compile(lambda x: x * jt.mul(2, 3))
     assert f(jt.ones(2)).tolist() == [6.0, 6.0]
+
+
+@pytest.mark.parametrize("make", [lambda L: L.ones(3, 4).t(), lambda L: L.ones(3, 8)[:, ::2],
+                                  lambda L: L.ones(2, 3, 4).permute(2, 0, 1)])
+def test_frexp_results_take_the_input_memory_order(make):
+    """OpInfo frexp reference sample #3 (float32, transposed): torch's mantissa and exponent follow the
+    input's memory order (TensorIterator's, as every pointwise result: docs/differences-from-torch.md,
+    Layouts); jitorch's were contiguous. Compiled calls give eager's strides."""
+    want = torch.frexp(make(torch))
+    got = jt.frexp(make(jt))
+    compiled = jt.compile(jt.frexp)(make(jt))
+    for w, g, c in zip(want, got, compiled):
+        assert g.stride() == w.stride() == c.stride()
+        assert g.tolist() == w.tolist()
