@@ -509,6 +509,30 @@ for _names, _signature, _formula, _promotion, _variants, _check, _doc in _ARITHM
 del registry.OPS["lerp"].attrs["promoted_meta"]
 
 
+def _contiguous_for_a_number_base(layout):
+    """pow's layout rule, but contiguous where the base is a Python number: torch's ``pow(Scalar, Tensor)``
+    kernel writes a new contiguous result, not one in the exponent's memory order (so do ``float_power``
+    and ``ldexp``, which call it)."""
+    def rule(spec, base, *rest):
+        return None if isinstance(base, Number) else layout(spec, base, *rest)
+    return rule
+
+
+def _general_for_a_number_base(fast):
+    """pow's fast path, leaving a number base of a tensor whose memory order is not row-major to the general
+    path, which lays the result out contiguously (`_contiguous_for_a_number_base`)."""
+    def call(args, record=True):
+        base, exponent = args[0], args[1] if len(args) > 1 else None
+        if isinstance(base, Number) and isinstance(exponent, registry.Tensor) and not exponent.is_contiguous():
+            return None
+        return fast(args, record)
+    return call
+
+
+registry.OPS["pow"].layout = _contiguous_for_a_number_base(registry.OPS["pow"].layout)
+registry.OPS["pow"].fast = _general_for_a_number_base(registry.OPS["pow"].fast)
+
+
 def _bounds_as_numbers(convert):
     """clamp's argument converter, then torch's overload resolution for one number bound and one tensor
     bound: its argument parser takes a 0-d tensor that does not require grad as a Number, so the call

@@ -114,3 +114,18 @@ def test_frexp_results_take_the_input_memory_order(make):
     for w, g, c in zip(want, got, compiled):
         assert g.stride() == w.stride() == c.stride()
         assert g.tolist() == w.tolist()
+
+
+@pytest.mark.parametrize("call", [lambda L, b: L.pow(2, b), lambda L, b: L.pow(2.5, b), lambda L, b: 2 ** b,
+                                  lambda L, b: L.float_power(2, b), lambda L, b: L.pow(b, 2)])
+@pytest.mark.parametrize("make", [lambda L: L.ones(5, 10).t(), lambda L: L.ones(3, 1, 4).permute(2, 1, 0),
+                                  lambda L: L.arange(6, dtype=L.int64).reshape(2, 3).t()])
+def test_pow_of_a_number_base_is_contiguous_as_torchs(call, make):
+    """Found through OpInfo ldexp sample #6 (float32, transposed exponent): torch's ``pow(Scalar, Tensor)``
+    writes a contiguous result, not the exponent's memory order; jitorch's (eager and compiled) followed the
+    exponent. A tensor base keeps TensorIterator's order in both."""
+    want = call(torch, make(torch))
+    got = call(jt, make(jt))
+    compiled = jt.compile(lambda b: call(jt, b))(make(jt))
+    assert got.stride() == want.stride() == compiled.stride()
+    np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1.3e-6)
