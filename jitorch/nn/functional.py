@@ -1381,7 +1381,7 @@ def batch_norm(input, running_mean, running_var, weight=None, bias=None, trainin
     if not isinstance(momentum, (int, float, np.number, jt.Tensor)):  # (torch's binding parses it as a double)
         raise TypeError(f"batch_norm(): argument 'momentum' (position 7) must be float, not {type(momentum).__name__}")
     if input.ndim < 2:
-        raise ValueError(f"Expected 2D or higher input (got {input.ndim}D input)")
+        return _batch_norm_of_a_vector(input, running_mean, running_var, weight, bias, training)
     channels = input.shape[1]
     for name, t in (("running_mean", running_mean), ("running_var", running_var), ("weight", weight),
                     ("bias", bias)):
@@ -1408,6 +1408,28 @@ def batch_norm(input, running_mean, running_var, weight=None, bias=None, trainin
         mean, var = running_mean, running_var
     out = (input - _channel_view(mean, input.ndim)) * _channel_view((var + eps).rsqrt(), input.ndim)
     return _channel_affine(out, weight, bias)
+
+
+def _batch_norm_of_a_vector(input, running_mean, running_var, weight, bias, training):
+    """torch's batch_norm of a 0-d or 1-d input, which has no channel dim: its functional's batch-size
+    check in training, then zero channels (a non-empty statistic or parameter is refused), an empty input
+    returned as an empty copy, the evaluation mode's statistics required, and then an IndexError for the
+    missing dim 1."""
+    if training and (input.ndim == 0 or input.shape[0] == 1):
+        if input.ndim == 0:
+            raise IndexError("list index out of range")
+        raise ValueError(f"Expected more than 1 value per channel when training, got input size {input.shape!r}")
+    for name, t in (("running_mean", running_mean), ("running_var", running_var), ("weight", weight),
+                    ("bias", bias)):
+        if t is not None and t.numel() != 0:
+            raise RuntimeError(f"{name} should contain 0 elements not {t.numel()}")
+    if input.numel() == 0:
+        return input.clone()
+    for name, t in (("running_mean", running_mean), ("running_var", running_var)):
+        if t is None and not training:
+            raise RuntimeError(f"{name} must be defined in evaluation mode")
+    raise IndexError(f"Dimension out of range (expected to be in range of [{-max(input.ndim, 1)}, "
+                     f"{max(input.ndim, 1) - 1}], but got 1)")
 
 
 def _channel_affine(out, weight, bias):

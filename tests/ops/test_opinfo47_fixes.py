@@ -129,3 +129,23 @@ def test_pow_of_a_number_base_is_contiguous_as_torchs(call, make):
     compiled = jt.compile(lambda b: call(jt, b))(make(jt))
     assert got.stride() == want.stride() == compiled.stride()
     np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1.3e-6)
+
+
+def test_batch_norm_of_a_vector_follows_torch():
+    """OpInfo nn.functional.batch_norm samples #3 and #4 (float32: an empty 1-d input, empty statistics,
+    training): torch returns an empty tensor; jitorch raised ValueError("Expected 2D or higher input"). The
+    other 0-d and 1-d calls raise torch's exception types."""
+    def cases(L):
+        return [((L.ones(3), None, None), True), ((L.ones(0), L.ones(0), L.ones(0)), False),
+                ((L.ones(0), None, None), True), ((L.ones(3), L.ones(0), L.ones(0)), False),
+                ((L.ones(1), None, None), True), ((L.ones(3), L.ones(3), L.ones(3)), True),
+                ((L.tensor(1.0), None, None), True), ((L.tensor(1.0), None, None), False),
+                ((L.ones(3), None, None), False), ((L.ones(0), None, None), False)]
+    for (theirs, training), (ours, _) in zip(cases(torch), cases(jt)):
+        outcome = []
+        for lib, args in ((torch, theirs), (jt, ours)):
+            try:
+                outcome.append(tuple(lib.nn.functional.batch_norm(*args, training=training).shape))
+            except Exception as exc:
+                outcome.append(type(exc).__name__)
+        assert outcome[0] == outcome[1]
