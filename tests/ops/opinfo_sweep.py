@@ -455,6 +455,8 @@ class Sweep:
         return args, kwargs, _quiet(fn, *args, **kwargs)
 
     def _sample(self, op, theirs, ours, method, sample, label, dtype):
+        if method and not isinstance(sample.input, torch.Tensor):
+            return  # (a method's self is a tensor: torch's descriptor refuses a number, jitorch's need not)
         for layout in self.layouts:
             if layout != "contiguous" and not changes_layout(sample, layout):
                 continue
@@ -534,6 +536,8 @@ class Sweep:
             raise
         except AttributeError as exc:
             return self.record(op, tag, "unsupported", f"argument: {exc}")
+        except ValueError as exc:  # (NumPy, which jitorch's tensors are made from, holds up to 64 dims)
+            return self.record(op, tag, "skip", f"argument not made: {exc}")
         tensors = list(_ours_tensors((args, kwargs)))
         before = _snapshot(tensors)
         try:
@@ -645,6 +649,8 @@ class Sweep:
                         self._raises(op, ours, LaidOut(jitorch, "contiguous", False), sample, tag, exc, theirs)
                 except SkipSample:
                     pass
+                except Exception as failure:  # the harness's own failure, reported as such
+                    self.record(op, tag, "harness", f"{type(failure).__name__}: {str(failure)[:120]}")
                 continue
             self.record(op, tag, "skip", "torch does not raise on CPU")
 
