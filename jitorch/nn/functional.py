@@ -1521,9 +1521,11 @@ def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):
 
 
 
+@_computed_in_float32
 def rms_norm(input, normalized_shape, weight=None, eps=None):
     """``x / sqrt(mean(x^2) + eps)`` over the trailing dims ``normalized_shape``, times ``weight``; ``eps``
-    defaults to the dtype's machine epsilon, as torch."""
+    defaults to the dtype's machine epsilon, as torch. Half types compute in float32 (as torch's kernel:
+    their squares overflow) and round once."""
     normalized_shape = _tuple(normalized_shape, 1)
     k = len(normalized_shape)
     if weight is not None and tuple(weight.shape) != normalized_shape:
@@ -2678,13 +2680,14 @@ def _reduction_not_valid(size_average, reduce, reduction):
 
 
 @autocasts("margin_ranking_loss")
-def margin_ranking_loss(input1, input2, target, margin=0, size_average=None, reduce=None, reduction="mean"):
+def margin_ranking_loss(input1, input2, target, margin=0.0, size_average=None, reduce=None, reduction="mean"):
     """``max(0, -y (x1 - x2) + margin)``: ``y = 1`` asks ``x1`` to rank above ``x2``, ``y = -1`` below."""
     reduction = _reduction(size_average, reduce, reduction)
     if input1.ndim != input2.ndim or input1.ndim != target.ndim:
         raise RuntimeError("margin_ranking_loss : All input tensors should have same dimension but got sizes: "
                            f"input1: {input1.shape}, input2: {input2.shape}, target: {target.shape} ")
-    return _reduce((-target * (input1 - input2) + margin).clamp_min(0), reduction)
+    # (torch's margin is a float: integer inputs give a float loss)
+    return _reduce((-target * (input1 - input2) + float(margin)).clamp_min(0), reduction)
 
 
 @autocasts("hinge_embedding_loss")

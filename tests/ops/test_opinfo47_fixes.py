@@ -149,3 +149,26 @@ def test_batch_norm_of_a_vector_follows_torch():
             except Exception as exc:
                 outcome.append(type(exc).__name__)
         assert outcome[0] == outcome[1]
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_rms_norm_of_a_half_type_computes_in_float32(dtype):
+    """OpInfo nn.functional.rms_norm float16 sample #0 (values up to ~700, eps=0.5): jitorch squared in
+    float16, whose squares overflowed to inf, and returned zeros; torch computes in float32 and rounds once.
+    Small values check the default eps (float32's for half types, as torch's)."""
+    for values in ([[300.0, -200.0, 1.0], [5.0, 400.0, 0.5]], [[1e-3, -2e-3, 1e-3]]):
+        want = torch.nn.functional.rms_norm(torch.tensor(values, dtype=getattr(torch, dtype)), (3,),
+                                            torch.tensor([1.5, 2.0, 0.5], dtype=getattr(torch, dtype)))
+        got = jt.nn.functional.rms_norm(jt.tensor(values, dtype=getattr(jt, dtype)), (3,),
+                                        jt.tensor([1.5, 2.0, 0.5], dtype=getattr(jt, dtype)))
+        assert got.dtype.name == dtype and got.tolist() == want.tolist()
+
+
+def test_margin_ranking_loss_of_integer_inputs_is_float():
+    """OpInfo nn.functional.margin_ranking_loss int64 reference sample #24: torch's margin is a float, so
+    integer inputs give a float32 loss; jitorch's default margin 0 kept int64."""
+    args = ([1, 2, 7], [2, 1, 3], [1, -1, 1])
+    for margin in ({}, {"margin": 1}):
+        want = torch.nn.functional.margin_ranking_loss(*map(torch.tensor, args), reduction="sum", **margin)
+        got = jt.nn.functional.margin_ranking_loss(*map(jt.tensor, args), reduction="sum", **margin)
+        assert got.dtype is jt.float32 and want.dtype is torch.float32 and got.item() == want.item()
