@@ -1528,6 +1528,9 @@ def rms_norm(input, normalized_shape, weight=None, eps=None):
     their squares overflow) and round once."""
     normalized_shape = _tuple(normalized_shape, 1)
     k = len(normalized_shape)
+    if not k:
+        raise RuntimeError("Expected normalized_shape to be at least 1-dimensional, i.e., containing at least one "
+                           "element, but got normalized_shape = []")
     if weight is not None and tuple(weight.shape) != normalized_shape:
         raise RuntimeError(f"Expected weight to be of same shape as normalized_shape, but got weight of shape "
                            f"{list(weight.shape)} and normalized_shape = {list(normalized_shape)}")

@@ -207,8 +207,9 @@ def compare(expected, got, *, strides=False, view=False, meta=False, mode="value
                 return f"{where}returns {type(b).__name__}, torch a Tensor"
             if tuple(a.shape) != tuple(b.shape):
                 return f"{where}shape {list(b.shape)}, torch {list(a.shape)}"
-            if str(a.dtype)[6:] != b.dtype.name:
-                return f"{where}dtype {b.dtype.name}, torch {str(a.dtype)[6:]}"
+            ours = str(b.dtype).rsplit(".", 1)[-1]  # (a jitorch dtype, or torch's when torch is compared to itself)
+            if str(a.dtype)[6:] != ours:
+                return f"{where}dtype {ours}, torch {str(a.dtype)[6:]}"
             if a.is_complex() or a.layout != torch.strided:
                 continue
             if meta or (mode == "ties" and i == 1):
@@ -511,6 +512,12 @@ class Sweep:
                 pass
         if why and kind == "pass" and "values differ" in why and within_documented(expected, got):
             kind = "documented"
+        if why and kind == "pass" and "values differ" in why and layout != "contiguous":
+            # torch's result that depends on the memory layout of equal values (median of an expanded
+            # input) is torch's defect: jitorch's must equal torch's on contiguous copies instead
+            dense = self._call(theirs, LaidOut(torch, layout, False, dense=True), sample)[2]
+            if compare(dense, expected, mode=mode) and not compare(dense, got, mode=mode):
+                kind = "torch-layout"
         if why and kind == "pass":
             return self.record(op, tag, "mismatch", why)
         if grads and mode == "values":

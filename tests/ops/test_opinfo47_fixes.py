@@ -172,3 +172,11 @@ def test_margin_ranking_loss_of_integer_inputs_is_float():
         want = torch.nn.functional.margin_ranking_loss(*map(torch.tensor, args), reduction="sum", **margin)
         got = jt.nn.functional.margin_ranking_loss(*map(jt.tensor, args), reduction="sum", **margin)
         assert got.dtype is jt.float32 and want.dtype is torch.float32 and got.item() == want.item()
+
+
+def test_rms_norm_refuses_an_empty_normalized_shape():
+    """OpInfo nn.functional.rms_norm error_inputs #0 (normalized_shape ()): torch raises RuntimeError;
+    jitorch normalised over no dims."""
+    for lib in (torch, jt):
+        with pytest.raises(RuntimeError, match="Expected normalized_shape to be at least 1-dimensional"):
+            lib.nn.functional.rms_norm(lib.ones(3), ())
