@@ -32,7 +32,10 @@ LIMIT = 40  # the first samples of each generator (sample_inputs, reference_inpu
 
 @functools.cache
 def _ops():
-    return {op.full_name: op for op in sweep.ops_named(SUBSET)}
+    """The subset's OpInfos that jitorch's callables serve in a float dtype (not a variant whose callable is a
+    wrapper of torch's, such as batch_norm.without_cudnn, nor silu.complex)."""
+    return {op.full_name: op for op in sweep.ops_named(SUBSET)
+            if sweep.callables(op) and any(d in op.supported_dtypes("cpu") for d in DTYPES)}
 
 
 def _one(name):
