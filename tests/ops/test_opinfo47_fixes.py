@@ -180,3 +180,15 @@ def test_rms_norm_refuses_an_empty_normalized_shape():
     for lib in (torch, jt):
         with pytest.raises(RuntimeError, match="Expected normalized_shape to be at least 1-dimensional"):
             lib.nn.functional.rms_norm(lib.ones(3), ())
+
+
+def test_xlogy_gradient_for_other_keeps_the_sign_of_a_negative_zero():
+    """OpInfo xlogy float64 reference sample #15, element 33 (self -0.001, other -0.0): torch's gradient
+    for other, ``g * self / other``, is +inf; jitorch's divided by ``other + 0``, which is +0.0, and gave -inf."""
+    values = ([-0.001, 0.5, 2.0], [-0.0, 0.0, -0.0])
+    theirs = [torch.tensor(v, dtype=torch.float64, requires_grad=True) for v in values]
+    ours = [jt.tensor(v, dtype=jt.float64, requires_grad=True) for v in values]
+    want = torch.autograd.grad(torch.xlogy(*theirs).sum(), theirs)
+    got = jt.autograd.grad(jt.xlogy(*ours).sum(), ours)
+    for w, g in zip(want, got):
+        assert g.tolist() == w.tolist()
