@@ -150,30 +150,20 @@ def changes_layout(sample, layout):
     return True
 
 
-def _tensors(obj):
-    if isinstance(obj, torch.Tensor):
+def _tensors(obj, ours=False):
+    """The tensors in a sample's arguments: torch's, or jitorch's with ``ours``."""
+    if _is_tensor(obj) and isinstance(obj, torch.Tensor) != ours:
         yield obj
     elif isinstance(obj, (list, tuple)):
         for o in obj:
-            yield from _tensors(o)
+            yield from _tensors(o, ours)
     elif isinstance(obj, dict):
         for o in obj.values():
-            yield from _tensors(o)
-
-
-def _ours_tensors(obj):
-    if type(obj).__name__ in ("Tensor", "Parameter") and not isinstance(obj, torch.Tensor):
-        yield obj
-    elif isinstance(obj, (list, tuple)):
-        for o in obj:
-            yield from _ours_tensors(o)
-    elif isinstance(obj, dict):
-        for o in obj.values():
-            yield from _ours_tensors(o)
+            yield from _tensors(o, ours)
 
 
 def as_torch(t):
-    """A torch copy of a jitorch (or torch) tensor, with its strides where ``strided``."""
+    """A torch copy of a jitorch tensor's values (a torch tensor itself, detached)."""
     if isinstance(t, torch.Tensor):
         return t.detach()
     values = np.array(t.detach().numpy(), copy=True)
@@ -545,7 +535,7 @@ class Sweep:
             return self.record(op, tag, "unsupported", f"argument: {exc}")
         except ValueError as exc:  # (NumPy, which jitorch's tensors are made from, holds up to 64 dims)
             return self.record(op, tag, "skip", f"argument not made: {exc}")
-        tensors = list(_ours_tensors((args, kwargs)))
+        tensors = list(_tensors((args, kwargs), ours=True))
         before = _snapshot(tensors)
         try:
             _quiet(ours, *args, **kwargs)
