@@ -35,7 +35,7 @@ from jitorch.nn.antialias import resample as antialias_resample
 from jitorch.nn.sampling import affine_grid, cubic_taps, grid_sample
 from jitorch.ops.reductions import moments  # (not var_mean: its mean carries torch's Welford infinities)
 from jitorch.ops.value_checks import check as _check_values
-from jitorch.ops.registry import DISPATCH_HOOKS as _HOOKS, OPS as _OPS, hooks_take_calls, scalar_name
+from jitorch.ops.registry import DISPATCH_HOOKS as _HOOKS, OPS as _OPS, cpp_name, hooks_take_calls, scalar_name
 from jitorch.runtime import cuda_backend, fp_errors, profiling
 from jitorch.runtime.autocast_mode import STATE as _AUTOCAST
 from jitorch.runtime.strided import contiguous_strides, is_contiguous
@@ -346,6 +346,10 @@ def _check_conv(input, weight, bias, groups, nd, name, transposed=False):
     if input.ndim not in (nd + 1, nd + 2):
         raise RuntimeError(f"Expected {nd + 1}D (unbatched) or {nd + 2}D (batched) input to {name}, but got input "
                            f"of size: {list(input.shape)}")
+    if bias is not None and bias.dtype is not input.dtype and not transposed:
+        # (a transposed convolution adds its bias in the result's dtype, as torch's)
+        raise RuntimeError(f"Input type ({cpp_name(input.dtype)}) and bias type ({cpp_name(bias.dtype)}) should be "
+                           "the same")
     if input.dtype is not weight.dtype:
         raise RuntimeError(f"expected scalar type {scalar_name(input.dtype)} but found {scalar_name(weight.dtype)}")
     if groups <= 0:
@@ -489,7 +493,7 @@ def _conv_transpose(input, weight, bias, stride, padding, output_padding, groups
     y = y.as_strided((c_out, *out, n), strides, sum(p * st for p, st in zip(padding, strides[1:-1])))
     y = _batch_first(y)
     if bias is not None:
-        y = y + bias.reshape(-1, *([1] * nd))
+        y = y + bias.reshape(-1, *([1] * nd)).to(y.dtype)
     return y.squeeze(0) if unbatched else y
 
 
@@ -822,7 +826,15 @@ def _adaptive_sizes(output_size, nd, name):
     return sizes
 
 
+def _check_output_size_dims(input, output_size, nd):
+    """torch.nn.functional's own check of a 2-d or 3-d adaptive pooling's ``output_size`` sequence (its
+    ``_list_with_default``), before the op's: a ValueError where the input has no more dims than it."""
+    if nd > 1 and not isinstance(output_size, int) and output_size is not None and len(output_size) >= input.ndim:
+        raise ValueError(f"Input dimension should be at least {len(output_size) + 1}")
+
+
 def _adaptive_avg_pool(input, output_size, nd, name):
+    _check_output_size_dims(input, output_size, nd)
     if input.ndim not in (nd + 1, nd + 2):
         raise RuntimeError(f"{name}(): Expected {nd + 1}D or {nd + 2}D tensor, but got {list(input.shape)}")
     output_size = _adaptive_sizes(output_size, nd, name)
@@ -872,6 +884,7 @@ def _adaptive_windows(size, out):
 
 def _adaptive_max_pool(input, output_size, return_indices, nd):
     name = f"adaptive_max_pool{nd}d"
+    _check_output_size_dims(input, output_size, nd)
     if nd == 1 and input.ndim not in (2, 3):
         raise RuntimeError(f"Expected 2 to 3 dimensions, but got {input.ndim}-dimensional tensor for argument #1 "
                            "'self' (while checking arguments for adaptive_max_pool1d)")
@@ -1371,7 +1384,7 @@ def batch_norm(input, running_mean, running_var, weight=None, bias=None, trainin
     if not isinstance(momentum, (int, float, np.number, jt.Tensor)):  # (torch's binding parses it as a double)
         raise TypeError(f"batch_norm(): argument 'momentum' (position 7) must be float, not {type(momentum).__name__}")
     if input.ndim < 2:
-        raise ValueError(f"Expected 2D or higher input (got {input.ndim}D input)")
+        return _batch_norm_of_a_vector(input, running_mean, running_var, weight, bias, training)
     channels = input.shape[1]
     for name, t in (("running_mean", running_mean), ("running_var", running_var), ("weight", weight),
                     ("bias", bias)):
@@ -1398,6 +1411,28 @@ def batch_norm(input, running_mean, running_var, weight=None, bias=None, trainin
         mean, var = running_mean, running_var
     out = (input - _channel_view(mean, input.ndim)) * _channel_view((var + eps).rsqrt(), input.ndim)
     return _channel_affine(out, weight, bias)
+
+
+def _batch_norm_of_a_vector(input, running_mean, running_var, weight, bias, training):
+    """torch's batch_norm of a 0-d or 1-d input, which has no channel dim: its functional's batch-size
+    check in training, then zero channels (a non-empty statistic or parameter is refused), an empty input
+    returned as an empty copy, the evaluation mode's statistics required, and then an IndexError for the
+    missing dim 1."""
+    if training and (input.ndim == 0 or input.shape[0] == 1):
+        if input.ndim == 0:
+            raise IndexError("list index out of range")
+        raise ValueError(f"Expected more than 1 value per channel when training, got input size {input.shape!r}")
+    for name, t in (("running_mean", running_mean), ("running_var", running_var), ("weight", weight),
+                    ("bias", bias)):
+        if t is not None and t.numel() != 0:
+            raise RuntimeError(f"{name} should contain 0 elements not {t.numel()}")
+    if input.numel() == 0:
+        return input.clone()
+    for name, t in (("running_mean", running_mean), ("running_var", running_var)):
+        if t is None and not training:
+            raise RuntimeError(f"{name} must be defined in evaluation mode")
+    raise IndexError(f"Dimension out of range (expected to be in range of [{-max(input.ndim, 1)}, "
+                     f"{max(input.ndim, 1) - 1}], but got 1)")
 
 
 def _channel_affine(out, weight, bias):
@@ -1489,11 +1524,16 @@ def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):
 
 
 
+@_computed_in_float32
 def rms_norm(input, normalized_shape, weight=None, eps=None):
     """``x / sqrt(mean(x^2) + eps)`` over the trailing dims ``normalized_shape``, times ``weight``; ``eps``
-    defaults to the dtype's machine epsilon, as torch."""
+    defaults to the dtype's machine epsilon, as torch. Half types compute in float32 (as torch's kernel:
+    their squares overflow) and round once."""
     normalized_shape = _tuple(normalized_shape, 1)
     k = len(normalized_shape)
+    if not k:
+        raise RuntimeError("Expected normalized_shape to be at least 1-dimensional, i.e., containing at least one "
+                           "element, but got normalized_shape = []")
     if weight is not None and tuple(weight.shape) != normalized_shape:
         raise RuntimeError(f"Expected weight to be of same shape as normalized_shape, but got weight of shape "
                            f"{list(weight.shape)} and normalized_shape = {list(normalized_shape)}")
@@ -2656,13 +2696,14 @@ def _reduction_not_valid(size_average, reduce, reduction):
 
 
 @autocasts("margin_ranking_loss")
-def margin_ranking_loss(input1, input2, target, margin=0, size_average=None, reduce=None, reduction="mean"):
+def margin_ranking_loss(input1, input2, target, margin=0.0, size_average=None, reduce=None, reduction="mean"):
     """``max(0, -y (x1 - x2) + margin)``: ``y = 1`` asks ``x1`` to rank above ``x2``, ``y = -1`` below."""
     reduction = _reduction(size_average, reduce, reduction)
     if input1.ndim != input2.ndim or input1.ndim != target.ndim:
         raise RuntimeError("margin_ranking_loss : All input tensors should have same dimension but got sizes: "
                            f"input1: {input1.shape}, input2: {input2.shape}, target: {target.shape} ")
-    return _reduce((-target * (input1 - input2) + margin).clamp_min(0), reduction)
+    # (torch's margin is a float: integer inputs give a float loss)
+    return _reduce((-target * (input1 - input2) + float(margin)).clamp_min(0), reduction)
 
 
 @autocasts("hinge_embedding_loss")

@@ -491,8 +491,8 @@ def cholesky_as(fn, A, upper):
 
 
 def _cholesky(A, upper):
-    if A.numel() == 0:  # torch.cholesky gives an empty input's copy unchecked: any shape and dtype
-        return functions.empty(tuple(A.shape), dtype=A.dtype, device=A.device)
+    if A.numel() == 0:  # torch.cholesky gives an empty input's copy unchecked (any shape and dtype), in its graph
+        return A.clone()
     check_square("cholesky", A)
     check_kernel("cholesky_cpu", A)
     return cholesky_as("cholesky", A, upper)

@@ -24,7 +24,7 @@ from ..runtime import fp_errors
 from ..runtime.casts import convert
 from . import arc_functions, erf_float32, normal_cdf, powers, registry, special_math
 from .meta import ALWAYS_BOOL, DEFAULT, INT_TO_FLOAT, KEEP_INT, opmath
-from .pointwise_base import check_fits, defpointwise, scalar_in
+from .pointwise_base import check_fits, defpointwise, memory_order, scalar_in
 from .registry import cpp_name, defop, scalar_name
 from .schema import parse_schema
 
@@ -509,6 +509,30 @@ for _names, _signature, _formula, _promotion, _variants, _check, _doc in _ARITHM
 del registry.OPS["lerp"].attrs["promoted_meta"]
 
 
+def _contiguous_for_a_number_base(layout):
+    """pow's layout rule, but contiguous where the base is a Python number: torch's ``pow(Scalar, Tensor)``
+    kernel writes a new contiguous result, not one in the exponent's memory order (so do ``float_power``
+    and ``ldexp``, which call it)."""
+    def rule(spec, base, *rest):
+        return None if isinstance(base, Number) else layout(spec, base, *rest)
+    return rule
+
+
+def _general_for_a_number_base(fast):
+    """pow's fast path, leaving a number base of a tensor whose memory order is not row-major to the general
+    path, which lays the result out contiguously (`_contiguous_for_a_number_base`)."""
+    def call(args, record=True):
+        base, exponent = args[0], args[1] if len(args) > 1 else None
+        if isinstance(base, Number) and isinstance(exponent, registry.Tensor) and not exponent.is_contiguous():
+            return None
+        return fast(args, record)
+    return call
+
+
+registry.OPS["pow"].layout = _contiguous_for_a_number_base(registry.OPS["pow"].layout)
+registry.OPS["pow"].fast = _general_for_a_number_base(registry.OPS["pow"].fast)
+
+
 def _bounds_as_numbers(convert):
     """clamp's argument converter, then torch's overload resolution for one number bound and one tensor
     bound: its argument parser takes a 0-d tensor that does not require grad as a Number, so the call
@@ -527,6 +551,24 @@ def _bounds_as_numbers(convert):
 
 for _name in ("clamp", "clip"):
     registry.OPS[_name].convert = _bounds_as_numbers(registry.OPS[_name].convert)
+
+
+
+def _numbers_as_self(convert):
+    """An arithmetic op's argument converter, then torch's argument parser's leave for two Python numbers
+    (its ``should_allow_numbers_as_tensors`` ops): ``torch.add(3.0, 2)`` is a 0-d tensor of the numbers'
+    dtype (the default float, int64 or bool), as ``self`` made a 0-d tensor of its own kind gives it (a bool
+    ``self`` of ``sub`` is refused as torch's)."""
+    def converted(args):
+        a = convert(args)
+        if isinstance(a[0], Number) and isinstance(a[1], Number):
+            a[0] = registry.Tensor._from_array(np.asarray(a[0], _dt.result_type(a[0]).np))
+        return a
+    return converted
+
+
+for _name in ("add", "sub", "subtract", "mul", "multiply", "true_divide", "floor_divide", "_div_trunc"):
+    registry.OPS[_name].convert = _numbers_as_self(registry.OPS[_name].convert)
 
 _DIV_MODES = {None: "true_divide", "trunc": "_div_trunc", "floor": "floor_divide"}
 
@@ -1085,7 +1127,7 @@ def _frexp_cpu(spec, x):
 
 
 defop("frexp(Tensor self) -> (Tensor mantissa, Tensor exponent)", meta=_frexp_meta, cpu=_frexp_cpu,
-      variants=("function", "method", "out"),
+      variants=("function", "method", "out"), layout=memory_order((0,), frozenset({0})),
       doc="``self = mantissa * 2 ** exponent`` with ``|mantissa|`` in [0.5, 1) (0, inf and NaN kept, exponent "
           "0); the exponent is int32.")
 

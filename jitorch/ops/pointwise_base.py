@@ -168,7 +168,7 @@ def defpointwise(schema, formula, promotion=M.DEFAULT, *, variants=("function", 
     op.attrs["promoted_meta"] = lambda *args: promoted_meta(*args, common=M.DEFAULT if promotion == M.KEEP_INT
                                                             else promotion)
     op.kernels["cpu"] = kernel
-    op.layout = _memory_order(positions, keep)
+    op.layout = memory_order(positions, keep)
     defaults = tuple(op.schema.args[i].default for i in others)
     if into is None and isinstance(formula, np.ufunc):
         into = formula
@@ -179,7 +179,7 @@ def defpointwise(schema, formula, promotion=M.DEFAULT, *, variants=("function", 
     return op
 
 
-def _memory_order(positions, keep):
+def memory_order(positions, keep):
     """The layout rule of a pointwise op whose operands are at ``positions`` (``keep``: those it reads in their
     own dtype): torch's TensorIterator's (`iterator_strides`, where NumPy's order "K" may differ), on every
     device."""

@@ -43,6 +43,8 @@ defop("narrow_copy(Tensor self, int dim, int start, int length) -> Tensor", comp
 
 
 def _sum_to_size(x, size):
+    if not size:  # torch's sum_to: the whole sum, a new tensor of the sum's dtype (bool and ints to int64)
+        return x.sum()
     lead = x.ndim - len(size)
     if lead < 0 or any(s != n and s != 1 for s, n in zip(size, x.shape[lead:])):
         raise RuntimeError(f"size {{{list_str(size)}}} is not expandable to size {{{list_str(x.shape)}}}.")

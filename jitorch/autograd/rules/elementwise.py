@@ -282,6 +282,9 @@ def _i1e(g, a, out):
 
 
 def _xlog_other(shift):
+    # (no shift added for xlogy: ``-0.0 + 0`` is +0.0, which turned the gradient's infinite sign)
+    if not shift:
+        return lambda g, a, out: g * a.self / a.other
     return lambda g, a, out: g * a.self / (a.other + shift)
 
 
