@@ -773,8 +773,9 @@ def _householder_cpu(spec, h, tau):
     (larf) only to the columns right of i, and only to the rows up to its vector's last nonzero element and the
     columns up to the last one nonzero there, then column i set to ``e_i - tau_i v_i``. A NaN ``tau_i`` thus
     makes column i NaN and the columns it reaches, not the columns left of it, which ``I - tau v v^T`` applied to
-    the whole matrix made NaN through ``NaN * 0`` (transform-fuzz seed 8302924). torch's BLAS (MKL) does not skip
-    a column whose product ``v^T c`` is 0, as reference BLAS's ger does: neither does this."""
+    the whole matrix made NaN through ``NaN * 0`` (transform-fuzz seed 8302924). A column whose product ``v^T c``
+    is 0 is left as it is, as reference BLAS's ger skips it: torch's MKL does so in float32, and in float64 on some
+    CPUs only (AMD znver4 skips, Intel rocketlake does not, making those columns NaN), so that is the rule here."""
     a = np.array(h, copy=True)
     m, n = a.shape[-2:]
     k = tau.shape[-1]
@@ -790,8 +791,7 @@ def _householder_cpu(spec, h, tau):
                 touched = rows[..., :, None] & cols[..., None, :]
                 v = np.where(rows, v, 0)
                 w = np.matmul(v[..., None, :], np.where(touched, c, 0))
-                if a.dtype == np.float32:
-                    touched &= w != 0
+                touched &= w != 0
                 a[..., i:, i + 1:] = np.where(touched, c - t[..., None, None] * v[..., :, None] * w, c)
             a[..., i + 1:, i] *= -t[..., None]
             a[..., i, i] = 1 - t

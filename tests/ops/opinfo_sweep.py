@@ -69,9 +69,7 @@ class Outcome:
 
 def opinfos():
     """torch's op_db (its test-only import shimmed)."""
-    calls._install_expecttest_shim()
-    from torch.testing._internal.common_methods_invocations import op_db
-    return op_db
+    return calls.op_db()
 
 
 def _resolve(root, path):

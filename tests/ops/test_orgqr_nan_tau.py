@@ -25,8 +25,18 @@ def _pair(h, tau, dtype, grad=False):
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 def test_orgqr_with_a_nan_tau_leaves_the_columns_its_reflector_does_not_reach_finite(dtype):
     """Transform-fuzz seed 8302924: ``T.orgqr(c1, log(v3).double())`` with a NaN scale gave NaN everywhere, where
-    torch's columns left of the NaN reflector (and, in float32, columns its product ``v^T c`` leaves at 0: MKL's
-    sger skips them, its dger does not) stay finite."""
+    torch's columns left of the NaN reflector (and columns its product ``v^T c`` leaves at 0: MKL's sger skips
+    them, and its dger on some CPUs) stay finite. jitorch skips them in both dtypes (reference BLAS's ger); where
+    torch's dger does not (Intel rocketlake), torch has NaNs there too: jitorch's NaNs are a subset of torch's
+    and every other value agrees (on AMD znver4, session 48, they are equal)."""
+
+    def check(got, want):
+        assert not (np.isnan(got) & ~np.isnan(want)).any()
+        if dtype == "float32":
+            np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+        both = ~np.isnan(want)
+        np.testing.assert_allclose(got[both], want[both], rtol=1e-4, atol=1e-5)
+
     rng = np.random.default_rng(8302924)
     for trial in range(300):
         b, m = rng.integers(1, 4), rng.integers(1, 7)
@@ -40,9 +50,8 @@ def test_orgqr_with_a_nan_tau_leaves_the_columns_its_reflector_does_not_reach_fi
         if trial % 5 == 0:
             h[rng.random(h.shape) < 0.2] = rng.choice([NAN, INF])
         (th, tt), (jh, jt) = _pair(h, tau, dtype)
-        want = torch.linalg.householder_product(th, tt).numpy()
-        np.testing.assert_allclose(jitorch.linalg.householder_product(jh, jt).numpy(), want, rtol=1e-4, atol=1e-5)
-        np.testing.assert_allclose(jitorch.orgqr(jh, jt).numpy(), torch.orgqr(th, tt).numpy(), rtol=1e-4, atol=1e-5)
+        check(jitorch.linalg.householder_product(jh, jt).numpy(), torch.linalg.householder_product(th, tt).numpy())
+        check(jitorch.orgqr(jh, jt).numpy(), torch.orgqr(th, tt).numpy())
 
 
 def test_orgqr_of_a_nan_reflector_column_keeps_the_columns_left_of_it():

@@ -133,7 +133,7 @@ def test_products_are_the_chosen_librarys_at_any_thread_count_and_torchs_to_roun
 _STEPS = """
     import numpy as np, jitorch as jt
     import jitorch.nn as nn, jitorch.nn.functional as F
-    from jitorch.runtime import blas_calls
+    from jitorch.runtime import blas_calls, blas_library
 
     def check(model, batch, loss_of):
         def step(x, y):
@@ -151,7 +151,10 @@ _STEPS = """
                 runs[name, threads] = [loss] + [p.grad.numpy().copy() for p in model.parameters()]
         bits = {key: [a.tobytes() for a in arrays] for key, arrays in runs.items()}
         assert bits["eager", 1] == bits["eager", 2] and bits["compiled", 1] == bits["compiled", 2]
-        assert bits["eager", 1][0] == bits["compiled", 1][0]  # (the loss)
+        if blas_library.chosen() != "mkl" or blas_library.intel_cpu():
+            assert bits["eager", 1][0] == bits["compiled", 1][0]  # (the loss)
+        else:  # (see the test's doc)
+            assert abs(runs["eager", 1][0] - runs["compiled", 1][0]) <= np.spacing(runs["eager", 1][0])
         for e, c in zip(runs["eager", 1], runs["compiled", 1]):  # (see the test's doc)
             np.testing.assert_allclose(c, e, rtol=1e-4, atol=1e-6)
 
@@ -172,7 +175,8 @@ def test_training_steps_keep_their_bits_at_any_thread_count_and_compiled_equal_e
     convolution step, eager and compiled, at one and two threads: each bit for bit the same at both thread counts,
     and the compiled loss eager's bit for bit. The compiled gradients differ from eager's in the last bits under
     either library (main at e0b8665 too: the GPT's embeddings' and first layer's, the convolutions'), so they are
-    checked to float rounding here."""
+    checked to float rounding here. MKL forced on an AMD CPU (znver4, session 48; OpenBLAS is the default there)
+    gives the convolution step's compiled loss 1 ulp from eager's (2.3084867 vs 2.3084865): checked to an ulp."""
     assert _run(_STEPS, library, timeout=900) == "True"
 
 

@@ -72,12 +72,21 @@ def _install_expecttest_shim():
             sys.modules["expecttest"] = shim
 
 
+def op_db():
+    """torch's OpInfo database, imported with torch's global backend flags left settable: its test utilities
+    freeze them at import (``torch.backends.disable_global_flags``), after which a later ``torch.backends.cudnn.
+    benchmark = False`` in the same process raised (tests/backends/test_flags.py, examples/programs/gpt.py)."""
+    _install_expecttest_shim()
+    # torch's own context that restores the flag's state on exit (torch.backends has no public undo)
+    with getattr(torch.backends, "__allow_nonbracketed_mutation")():
+        from torch.testing._internal.common_methods_invocations import op_db as db
+    return db
+
+
 def load_opinfos():
     """{OpInfo name or alias name: [OpInfo]} from torch's op_db."""
-    _install_expecttest_shim()
-    from torch.testing._internal.common_methods_invocations import op_db
     by_name = defaultdict(list)
-    for op in op_db:
+    for op in op_db():
         by_name[op.name].append(op)
         for alias in op.aliases:
             by_name[alias.name].append(op)
