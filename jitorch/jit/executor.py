@@ -144,8 +144,10 @@ class KernelStep:
 
     def emit_arguments(self, src, indent, tag=""):
         """The lines that patch this step's argument array (``a``) with the addresses that change per call;
-        ``tag`` names the compact copies they hold apart from another step's (`kernel_runs`)."""
+        returns the names of the local variables that hold the compact copies they make, which must live
+        until the kernel has run; ``tag`` names those apart from another step's (`kernel_runs`)."""
         src.emit(f"a = arena.args[{src.name(self, 'step')}]", indent)
+        held = []
         plain = []  # consecutive (argument index, value) of inputs read where they lie, not emitted yet
 
         def flush():
@@ -176,6 +178,7 @@ class KernelStep:
             else:  # laid out for its other readers: a compact copy, held until the call
                 src.emit(f"held{tag}{i} = _compact(env[{value}])", indent)
                 src.emit(f"a[{i}] = held{tag}{i}._storage.data_ptr()", indent)
+                held.append(f"held{tag}{i}")
         flush()
         for i, v, strides in self.fresh_outputs:
             shape, dtype = v.type.shape, v.type.dtype
@@ -197,11 +200,12 @@ class KernelStep:
             src.emit(f"for i, v, target in {src.name(tuple(self.inplace_outputs), 'patch')}:", indent)
             src.emit("env[v] = t = env[target] if inplace else _fresh(v)", indent + 1)
             src.emit("a[i] = t._storage.data_ptr()", indent + 1)
-            return
+            return held
         for i, v, target in self.inplace_outputs:
             value = src.name(v, "v")
             src.emit(f"env[{value}] = t = env[{src.name(target, 'v')}] if inplace else _fresh({value})", indent)
             src.emit(f"a[{i}] = t._storage.data_ptr()", indent)
+        return held
 
     def emit_call(self, src, indent):
         """The line that runs this step's kernel on its argument array ``a``."""
