@@ -91,3 +91,51 @@ def test_a_shared_patchings_compact_copy_lives_until_the_runs_program_ran(monkey
     assert alive_at_program == [[True]]
     np.testing.assert_allclose(soft.numpy(), x.softmax(-1).numpy(), rtol=1e-6)
     np.testing.assert_allclose(exp.numpy(), (y * 3 + 1).exp().numpy(), rtol=1e-6)
+
+
+def _scatter_kernel_built(monkeypatch, folder):
+    """(the scatter-add kernel of float32 made as a new process makes it, with the kernel cache in ``folder``,
+    the dtypes whose IR it built with llvmlite)."""
+    from jitorch.codegen import scatter
+    from jitorch.codegen.cache import KernelCache
+    monkeypatch.setattr(scatter, "default_cache", lambda: KernelCache(folder))
+    built, module = [], scatter._module
+    monkeypatch.setattr(scatter, "_module", lambda dtype, name: built.append(dtype) or module(dtype, name))
+    return scatter._build("float32"), built
+
+
+def _added(kernel):
+    rng = np.random.default_rng(0)
+    out, values = np.zeros((5, 40), np.float32), rng.standard_normal((30, 40)).astype(np.float32)
+    idx = rng.integers(0, 5, 30).astype(np.int64)
+    kernel(out, idx, values)
+    expected = np.zeros((5, 40), np.float32)
+    np.add.at(expected, idx, values)
+    assert out.tobytes() == expected.tobytes()
+    return out
+
+
+def test_a_new_process_takes_the_scatter_kernels_ir_from_the_cache_and_rebuilds_a_damaged_one(monkeypatch, tmp_path):
+    """The rows' scatter-add (an embedding's backward) built its LLVM IR with llvmlite in every process, 10-13 ms
+    of the GPT step's warm first call: a later process takes the IR from the kernel cache and builds none; an
+    entry damaged on disk, or one that checks out but holds no UTF-8, is a miss that is built again, and every
+    kernel adds in np.add.at's order (its bits)."""
+    from jitorch.codegen import cpu, kernel
+    from jitorch.codegen.cache import KernelCache, cache_key
+    first, built = _scatter_kernel_built(monkeypatch, tmp_path)
+    assert first is not None and built == ["float32"]
+    again, built = _scatter_kernel_built(monkeypatch, tmp_path)
+    assert built == [] and again._compiled.source.llvm_ir == first._compiled.source.llvm_ir
+    assert _added(first).tobytes() == _added(again).tobytes()
+    text = repr(("scatter rows", cpu.target_id(), "float32", "jitorch_scatter_rows_float32"))
+    key = cache_key("scatter rows kernel IR", kernel.generator_fingerprint(), text)
+    (entry,) = tmp_path.glob(f"*/{key}.jitk")
+    data = bytearray(entry.read_bytes())
+    data[-20] ^= 0xFF  # a byte of the IR: the payload's checksum fails
+    entry.write_bytes(bytes(data))
+    damaged, built = _scatter_kernel_built(monkeypatch, tmp_path)
+    assert built == ["float32"] and damaged._compiled.source.llvm_ir == first._compiled.source.llvm_ir
+    KernelCache(tmp_path).put(key, b"\xff\xfe not UTF-8", text)
+    undecodable, built = _scatter_kernel_built(monkeypatch, tmp_path)
+    assert built == ["float32"] and undecodable._compiled.source.llvm_ir == first._compiled.source.llvm_ir
+    _added(undecodable)
