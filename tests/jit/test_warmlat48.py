@@ -197,3 +197,42 @@ def test_a_short_pause_or_a_collector_the_caller_disabled_is_left_to_collect_as_
     gc.disable()
     _allocate_in_pause(collector.YOUNG_BACKLOG * gc.get_threshold()[0] + 1000)
     assert collections == [] and not gc.isenabled()
+
+
+def _gpt_step(monkeypatch, prebuilt=True):
+    """(losses of two steps, the compiled graph, the groups `_lower` built kernels for itself) of benchmarks/models.py's
+    GPT at --quick sizes from seed 0; ``prebuilt=False``: with no kernel built together beforehand (`_prebuilt`), so
+    that `_lower` builds or refuses each group itself."""
+    from pathlib import Path
+    from tests.support import load_script
+    bench = load_script(Path(__file__).parents[2] / "benchmarks" / "models.py", "models_benchmark")
+    built, real = [], executor.build_shared
+    monkeypatch.setattr(executor, "build_shared", lambda group, *a, **k: built.append(group) or real(group, *a, **k))
+    if not prebuilt:  # (the in-place kernels' batch, not `_lower`'s, stays)
+        batch = executor.CompiledGraph._prebuilt
+        monkeypatch.setattr(executor.CompiledGraph, "_prebuilt", lambda self, requests, split=False:
+                            ({}, []) if split else batch(self, requests))
+    jt.manual_seed(0)
+    w = bench.workload(jt, "gpt-2x32", True)
+    call = bench.whole_step(jt, w)
+    losses = [call().detach().numpy().copy() for _ in range(2)]
+    monkeypatch.undo()
+    return losses, executed(call.__closure__[0].cell_contents), built
+
+
+def _described_steps(ex):
+    return [(type(s).__name__, getattr(s, "reason", None), [n.op.name for n in s.nodes]) for s in ex.steps]
+
+
+def test_a_group_the_kernel_batch_refused_is_not_built_again_and_lowers_as_when_built_alone(monkeypatch):
+    """The groups the builder refuses (views that need no copy, reductions split into parts) were built again by
+    `_lower` after the batch of the graph's kernels had found them refused (180 builds, 7 ms of the GPT step's warm
+    first call): now no group whose source the batch made or refused for its layouts is built again, and the steps
+    (eager ones with their reasons) and the losses' bits are those of a compile whose `_lower` builds each group."""
+    losses, ex, built = _gpt_step(monkeypatch)
+    alone_losses, alone, _ = _gpt_step(monkeypatch, prebuilt=False)
+    assert any(s.reason == "view" for s in ex.steps if type(s) is executor.EagerStep)
+    assert not [g for g in built if g in ex.groups]
+    assert _described_steps(ex) == _described_steps(alone)
+    for a, b in zip(losses, alone_losses):
+        assert a.tobytes() == b.tobytes()
