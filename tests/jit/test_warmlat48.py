@@ -236,3 +236,24 @@ def test_a_group_the_kernel_batch_refused_is_not_built_again_and_lowers_as_when_
     assert _described_steps(ex) == _described_steps(alone)
     for a, b in zip(losses, alone_losses):
         assert a.tobytes() == b.tobytes()
+
+
+def test_a_node_lowers_only_where_every_dtype_it_reads_or_writes_is_a_kernels(monkeypatch):
+    """`lowering.can_lower`'s dtype check, written without building the list of the node's dtypes: a node an
+    argument, or an output, of a dtype outside `lowering.DTYPES` is external, the same node of dtypes in it lowers;
+    a value in a list argument (cat's pieces; no op with a lowering takes one yet) counts as the others."""
+    from jitorch.codegen import lowering
+    from jitorch.jit.tracer import trace_with_inputs
+    graph, _ = trace_with_inputs(lambda a, b: (b * 2, a.double(), jt.where(a > 0, a, b), jt.cat([a, b])),
+                                 (jt.ones(2, dtype=jt.float32), jt.ones(2, dtype=jt.float64)), {})
+    # mul(f64) -> f64, _to_copy(f32) -> f64, gt(f32) -> bool, where(bool, f32, f64) -> f64, cat([f32, f64]) -> f64
+    assert [n.op.name for n in graph.nodes] == ["mul", "_to_copy", "gt", "where.self", "cat"]
+    *pointwise, cat = graph.nodes
+    everything = lowering.DTYPES
+    for left_out, kinds, cat_lowers in [(None, ["pointwise"] * 4, True),
+                                        (jt.float32, ["pointwise", "external", "external", "external"], False),
+                                        (jt.float64, ["external", "external", "pointwise", "external"], False),
+                                        (jt.bool, ["pointwise", "pointwise", "external", "external"], True)]:
+        monkeypatch.setattr(lowering, "DTYPES", everything - {left_out})
+        assert [lowering.kind_of(n) for n in pointwise] == kinds, left_out
+        assert lowering._dtypes_lower(cat) is cat_lowers
