@@ -46,6 +46,8 @@ def collector_paused():
             resumed = _state["depth"] == 0 and _state["was_enabled"]
             if resumed:
                 gc.enable()
-        # (outside the lock: a finalizer the collection runs may trace)
-        if resumed and gc.get_count()[0] > YOUNG_BACKLOG * gc.get_threshold()[0]:
+        # (outside the lock: a finalizer the collection runs may trace; a threshold of 0 turns automatic
+        # collection off, which then stays so)
+        youngest = gc.get_threshold()[0]
+        if resumed and youngest and gc.get_count()[0] > YOUNG_BACKLOG * youngest:
             gc.collect(1)

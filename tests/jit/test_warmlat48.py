@@ -194,9 +194,25 @@ def test_a_short_pause_or_a_collector_the_caller_disabled_is_left_to_collect_as_
     collections.clear()
     _allocate_in_pause(10)
     assert collections == []
+    backlog = collector.YOUNG_BACKLOG * gc.get_threshold()[0] + 1000
     gc.disable()
-    _allocate_in_pause(collector.YOUNG_BACKLOG * gc.get_threshold()[0] + 1000)
+    _allocate_in_pause(backlog)
     assert collections == [] and not gc.isenabled()
+
+
+def test_a_pause_leaves_automatic_collection_off_where_the_threshold_turns_it_off(collections):
+    """``gc.set_threshold(0)`` turns automatic collection off (a program's way to collect only when it says so):
+    however many collections a pause would have put off, leaving it collects nothing."""
+    import gc
+    from jitorch.jit import collector
+    thresholds = gc.get_threshold()
+    backlog = collector.YOUNG_BACKLOG * thresholds[0] + 1000
+    gc.set_threshold(0)
+    try:
+        _allocate_in_pause(backlog)
+    finally:
+        gc.set_threshold(*thresholds)
+    assert collections == []
 
 
 def _gpt_step(monkeypatch, prebuilt=True):
