@@ -33,9 +33,9 @@ from llvmlite import ir
 
 from ..ops import attention
 from . import cpu, mathlib
-from .cache import cache_key, default_cache
+from .cache import default_cache
 from .errors import CompileError
-from .kernel import I64, KernelSource, counted_loop, fma_loop, generator_fingerprint, prefetch
+from .kernel import I64, KernelSource, cached_ir, counted_loop, fma_loop, prefetch
 from .lanes import VECTOR_BYTES, by_halves
 from .machine import selected
 from .memo import BuiltOnce
@@ -47,7 +47,6 @@ STACK_LIMIT = 256 * 1024
 # target has 32 vector registers (AVX-512); elsewhere each 64-byte vector takes 2 or 4 registers, and 4 rows
 # already fill them.
 _ROWS_WIDE, _ROWS, _VECS = 8, 4, 2
-_IR_LIMIT = 1 << 20  # a cached kernel IR entry of more bytes is refused unread (GPT's tiles: 78-80 KB)
 
 
 class AttentionKernel:
@@ -112,17 +111,7 @@ def _build(direction, dtype, L, S, D, causal, scale, batch, layouts, masked=Fals
     # block's rows, and the constants' spelling, which the LLVM that llvmlite carries decides)
     text = repr(("attention", cpu.target_id(), mathlib._reads_splat(), tile.rows, direction, dtype, L, S, D, causal,
                  scale, batch, layouts, masked))
-    key = cache_key("attention kernel IR", generator_fingerprint(), text)
-    stored, llvm_ir = cache.get(key, text, limit=_IR_LIMIT), None
-    if stored is not None:
-        try:
-            llvm_ir = stored.decode("utf-8")
-        except UnicodeDecodeError:  # (a damaged entry: built again)
-            pass
-    if llvm_ir is None:
-        llvm_ir = _module(tile, direction, name, n_in, n_out)
-        cache.put(key, llvm_ir.encode("utf-8"), text)
-    source.llvm_ir = llvm_ir
+    source.llvm_ir = cached_ir("attention kernel", text, lambda: _module(tile, direction, name, n_in, n_out), cache)
     try:
         compiled = cpu.link_kernel(source, cache)
     except CompileError:

@@ -1412,6 +1412,30 @@ def generator_fingerprint():
     return sources_digest(Path(__file__).resolve().parents[1])
 
 
+# A cached kernel IR entry (`cached_ir`) of more bytes is refused unread (GPT's attention tiles: 78-80 KB).
+IR_LIMIT = 1 << 20
+
+
+def cached_ir(what, text, build, cache):
+    """The LLVM IR text of a hand-built kernel (an attention tile, the rows' scatter-add) that ``text`` describes:
+    everything that decides its IR but the code generator's sources, which key it too (`generator_fingerprint`).
+    From ``cache`` (a `KernelCache`), where an earlier process built it, else ``build()``'s, stored there. The IR
+    keys the kernel's object code in turn, and building it was 10-25 ms of Python in each process's first call. A
+    damaged entry fails the cache's checks, or is no UTF-8, and is built again; an entry over `IR_LIMIT` bytes is
+    refused unread."""
+    from .cache import cache_key
+    key = cache_key(f"{what} IR", generator_fingerprint(), text)
+    stored = cache.get(key, text, limit=IR_LIMIT)
+    if stored is not None:
+        try:
+            return stored.decode("utf-8")
+        except UnicodeDecodeError:  # (a damaged entry: built again)
+            pass
+    llvm_ir = build()
+    cache.put(key, llvm_ir.encode("utf-8"), text)
+    return llvm_ir
+
+
 def build_many(requests, cache=None):
     """CPU kernel sources of ``requests`` ((group, name, aliases, layouts)), None where the builder refuses
     a group: `build_shared`'s, or, where this process has built none of them, the sources an earlier

@@ -24,7 +24,7 @@ from ..ops import indexing
 from . import cpu
 from .cache import default_cache
 from .errors import CompileError
-from .kernel import I64, KernelSource, counted_loop
+from .kernel import I64, KernelSource, cached_ir, counted_loop
 from .memo import BuiltOnce
 from .target import CPU
 
@@ -87,9 +87,13 @@ def _module(dtype, name):
 def _build(dtype):
     name = f"jitorch_scatter_rows_{dtype}"
     source = KernelSource(name, "scatter", ["index_add"], list(range(3)), [0], 0, 0)
-    source.llvm_ir = _module(dtype, name)
+    cache = default_cache()
+    # (the IR an earlier process built, where there is one: building it was 10-13 ms of the GPT step's warm first
+    # call, most of it the process's first use of llvmlite's IR builder)
+    source.llvm_ir = cached_ir("scatter rows kernel", repr(("scatter rows", cpu.target_id(), dtype, name)),
+                               lambda: _module(dtype, name), cache)
     try:
-        return ScatterRowsKernel(cpu.link_kernel(source, default_cache()))
+        return ScatterRowsKernel(cpu.link_kernel(source, cache))
     except CompileError:
         return None
 

@@ -15,7 +15,10 @@ A large graph's call is dominated by its kernels, not by Python, and Python's co
 first call. There each step's lines become a function of the names they bind (`Source.shared`), which
 the steps whose lines differ only in those names share (a model's layers, an optimizer's update of each
 parameter), and the call walks a table of those functions and their arguments (`Source.calls`): 36
-functions of 229 lines for that step's 433 steps.
+functions of 229 lines for that step's 433 steps. A run of kernels (`jit.kernel_runs`) is patched the same way,
+each kernel's lines a shared function called from a table of the run's: the step's first call, which sets up
+AdamW's state, made one function of 888 lines of its optimizer's run (compiled in 20-30 ms); with them shared,
+the call is 346 lines, compiled in 7 ms.
 
 ``JITORCH_LOGS=codegen`` logs each generated function's source.
 """
@@ -65,12 +68,21 @@ class Source:
             self._definitions.append(f"def {function}({', '.join([*params, *names.values()])}):\n{text}\n")
         return function, list(names)
 
-    def calls(self, calls, params, indent):
+    @property
+    def sharing(self):
+        """Whether the lines emitted now are collected by `shared` (a function of their names)."""
+        return self._used is not None
+
+    def calls(self, calls, params, indent, kept=None):
         """Emit a loop calling each of ``calls`` in order, (a function `shared` named, or a callable object;
         the names of the objects it takes after ``params``), on the local variables ``params`` and those
-        objects. Its table of functions and arguments is made when the source is compiled (`function`)."""
+        objects; ``kept``: a local variable that holds the list of their results. Its table of functions and
+        arguments is made when the source is compiled (`function`)."""
         table = []
         self._tables.append((table, calls))
+        if kept is not None:
+            self.emit(f"{kept} = [_f({', '.join(params)}, *_a) for _f, _a in {self.name(table, 'calls')}]", indent)
+            return
         self.emit(f"for _f, _a in {self.name(table, 'calls')}:", indent)
         self.emit(f"_f({', '.join(params)}, *_a)", indent + 1)
 

@@ -144,8 +144,10 @@ class KernelStep:
 
     def emit_arguments(self, src, indent, tag=""):
         """The lines that patch this step's argument array (``a``) with the addresses that change per call;
-        ``tag`` names the compact copies they hold apart from another step's (`kernel_runs`)."""
+        returns the names of the local variables that hold the compact copies they make, which must live
+        until the kernel has run; ``tag`` names those apart from another step's (`kernel_runs`)."""
         src.emit(f"a = arena.args[{src.name(self, 'step')}]", indent)
+        held = []
         plain = []  # consecutive (argument index, value) of inputs read where they lie, not emitted yet
 
         def flush():
@@ -176,6 +178,7 @@ class KernelStep:
             else:  # laid out for its other readers: a compact copy, held until the call
                 src.emit(f"held{tag}{i} = _compact(env[{value}])", indent)
                 src.emit(f"a[{i}] = held{tag}{i}._storage.data_ptr()", indent)
+                held.append(f"held{tag}{i}")
         flush()
         for i, v, strides in self.fresh_outputs:
             shape, dtype = v.type.shape, v.type.dtype
@@ -197,11 +200,12 @@ class KernelStep:
             src.emit(f"for i, v, target in {src.name(tuple(self.inplace_outputs), 'patch')}:", indent)
             src.emit("env[v] = t = env[target] if inplace else _fresh(v)", indent + 1)
             src.emit("a[i] = t._storage.data_ptr()", indent + 1)
-            return
+            return held
         for i, v, target in self.inplace_outputs:
             value = src.name(v, "v")
             src.emit(f"env[{value}] = t = env[{src.name(target, 'v')}] if inplace else _fresh({value})", indent)
             src.emit(f"a[{i}] = t._storage.data_ptr()", indent)
+        return held
 
     def emit_call(self, src, indent):
         """The line that runs this step's kernel on its argument array ``a``."""
@@ -1264,6 +1268,11 @@ class CompiledGraph:
         layouts = self._kernel_layouts(group)
         prebuilt, built_for = self._prebuilt_sources.get(f"{name}_{group.kind}", (None, None))
         try:
+            if built_for == layouts and prebuilt is None and (group.kind == "view" or split and len(group.nodes) > 1):
+                # the batch (`_prebuilt`) found that the builder refuses the group for these layouts, and what
+                # follows a refusal here does not read its message: building it again to be refused was 7 ms of
+                # the GPT step's warm first call (180 groups: views without a copy, reductions split in parts)
+                raise CompileError("the kernel builder refused the group when the graph's kernels were built")
             source = prebuilt if prebuilt is not None and built_for == layouts else \
                 build_shared(group, f"{name}_{group.kind}", target, layouts=layouts)
             kernel = make_kernel(source, self._cache)
