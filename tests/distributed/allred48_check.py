@@ -2,7 +2,8 @@
 all-gather of the agreement (session 48). Prints "rank R of N: K checks passed".
 
 - ``plans``: signatures called again (the plan's path) against NumPy, inline and through MPI, for every op; a
-  tensor that is not its own buffer, or bfloat16, after a plan of its signature; ranks that disagree once both
+  tensor that is not its own buffer, or bfloat16, after a plan of its signature; the same tensor again through
+  MPI (a persistent all-reduce bound to it: `bound`); ranks that disagree once both
   made plans for their own signatures (shape, count, op, the collective) raise on every rank, the tensor as it
   was, the group usable after; a new group and the world destroyed and made again.
 - ``dims``: shapes of more than 9 dims that differ past the 9th (the header kept 9 dims only: the ranks agreed,
@@ -127,6 +128,7 @@ def plans():
                         call=lambda t: dist.broadcast(t, src=0) if rank == last else dist.all_reduce(t))
         assert (jt.float32, (mine,), dist.ReduceOp.SUM) in pg.signatures.plans
         assert (jt.float32, (n,), dist.ReduceOp.MAX if rank == last else dist.ReduceOp.SUM) in pg.signatures.plans
+    bound(pg)
     # a group of its own agrees on its own blocks; destroying the world frees every group's persistent all-gather
     # before its communicator, and a world made again plans afresh
     group = dist.new_group()
@@ -137,6 +139,64 @@ def plans():
     dist.init_process_group()
     group_still_works()
     group_still_works()
+
+
+def bound(pg):
+    """A tensor all-reduced again through MPI runs a persistent all-reduce bound to its array, on every rank or
+    none: new values each call (written in place), every op, async calls, another tensor of the signature while
+    the bound one runs, ranks of which only some give the same tensor again, and plans dropped past
+    `_PLANS_KEPT`, their bound all-reduces freed."""
+    n = INLINE // 4 + 100
+    for op in OPS:
+        t = jt.zeros(n)
+        for call in range(4):
+            t.copy_(jt.from_numpy(values(rank, n, call)))
+            work = dist.all_reduce(t, op=getattr(dist.ReduceOp, op), async_op=call == 3)
+            if work is not None:
+                work.wait()
+            check(t, expected(op, n, call))
+        plan = pg.signatures.plans[(jt.float32, (n,), getattr(dist.ReduceOp, op))]
+        assert plan.bound is not None and plan.bound_array() is t._array() and not plan.busy
+    # the bound one running (async, not waited for) while another tensor of its signature all-reduces
+    t, other = jt.zeros(n), jt.zeros(n)
+    for call in range(3):
+        t.copy_(jt.from_numpy(values(rank, n, call)))
+        dist.all_reduce(t)
+    t.copy_(jt.from_numpy(values(rank, n, 5)))
+    work = dist.all_reduce(t, async_op=True)
+    assert plan_of(pg, n).busy
+    other.copy_(jt.from_numpy(values(rank, n, 6)))
+    dist.all_reduce(other)
+    work.wait()
+    check(t, expected("SUM", n, 5))
+    check(other, expected("SUM", n, 6))
+    t.copy_(jt.from_numpy(values(rank, n, 7)))
+    dist.all_reduce(t)
+    check(t, expected("SUM", n, 7))
+    # rank 0 gives one tensor each call, the others two in turn: no rank binds, every call is right
+    pair = [jt.zeros(n), jt.zeros(n)]
+    for call in range(4):
+        mine = pair[0] if rank == 0 else pair[call % 2]
+        mine.copy_(jt.from_numpy(values(rank, n, call)))
+        dist.all_reduce(mine)
+        check(mine, expected("SUM", n, call))
+    # past _PLANS_KEPT signatures the plans go, their bound all-reduces freed; the next calls plan again
+    kept = collectives._PLANS_KEPT
+    collectives._PLANS_KEPT = 3
+    try:
+        tensors = [jt.zeros(n + k) for k in range(5)]
+        for call in range(3):
+            for k, t in enumerate(tensors):
+                t.copy_(jt.from_numpy(values(rank, n + k, call)))
+                dist.all_reduce(t)
+                check(t, expected("SUM", n + k, call))
+        assert len(pg.signatures.plans) <= 3
+    finally:
+        collectives._PLANS_KEPT = kept
+
+
+def plan_of(pg, n, op=dist.ReduceOp.SUM):
+    return pg.signatures.plans[(jt.float32, (n,), op)]
 
 
 def dims():
