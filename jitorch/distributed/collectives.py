@@ -339,7 +339,7 @@ class _Plan:
 
     def __init__(self, pg, blocks, dtype, shape, op, array_dtype):
         size, name = pg.size(), op.value
-        self.blocks, self.shape, self.array_dtype = blocks, shape, array_dtype
+        self.pg, self.blocks, self.shape, self.array_dtype = pg, blocks, shape, array_dtype
         self.header = _header("all_reduce", dtype, shape, name)
         self.strides = _contiguous_strides(shape, array_dtype.itemsize)
         self.divisor = size if op is ReduceOp.AVG else None  # (AVG sums: the caller divides)
@@ -362,7 +362,8 @@ class _Plan:
         ufunc = (_LOGICAL_UFUNCS if array_dtype.kind == "b" else _UFUNCS)[name]
         if size == 2:  # one binary call: a third of reduce's time, the same values (reduce adds row after row)
             first, second = rows[0, ...], rows[1, ...]
-            self.reduce = lambda out: ufunc(first, second, out)
+            # (``out`` by keyword: NumPy deprecates a third positional argument of minimum and maximum)
+            self.reduce = lambda out: ufunc(first, second, out=out)
         else:
             self.reduce = lambda out: ufunc.reduce(rows, axis=0, out=out, dtype=array_dtype)
 
@@ -413,9 +414,10 @@ class _Plan:
             self.bound.Free()
             self.bound = self.bound_array = None
 
-    def run(self, pg, tensor, array, async_op):
+    def run(self, tensor, array, async_op):
         """`start` on ``array``, ``tensor``'s own memory, then finish (AVG divides; the version moves): now, or
         by the `Work`'s ``wait()`` for ``async_op``."""
+        pg = self.pg
         request = self.start(pg, array, "all_reduce", reuse=True)
         if request is None:
             self.finish(tensor, array)
@@ -495,7 +497,7 @@ def all_reduce(tensor, op=ReduceOp.SUM, group=None, async_op=False):
         if plan is not None:
             array = tensor._array()
             if array.dtype is plan.array_dtype and array.strides == plan.strides:
-                return plan.run(resolve(group), tensor, array, async_op)
+                return plan.run(tensor, array, async_op)
     return _all_reduce(tensor, op, group, async_op)
 
 
@@ -510,7 +512,7 @@ def _all_reduce(tensor, op=ReduceOp.SUM, group=None, async_op=False):
     array, write_back = _buffer(tensor, reducing=True)
     plan = _plan(pg, tensor.dtype, tuple(tensor._shape), op, array.dtype)
     if array is tensor._array():  # the tensor's own memory
-        return plan.run(pg, tensor, array, async_op)
+        return plan.run(tensor, array, async_op)
     request = plan.start(pg, array.reshape(plan.shape), what)  # (a 0-d tensor's copy is 1-d: a view of it)
     return _run(pg, [] if request is None else [request], _finisher(op, array, pg.size(), write_back), async_op,
                 what, [tensor])

@@ -20,8 +20,9 @@ def test_planned_all_reduces_match_numpy_and_disagreements_after_plans_raise_on_
     """Signatures called again take their plan: against NumPy for every op, inline and through MPI, sync and
     async, 0-d, integer, boolean, strided and bfloat16 tensors beside a plan of their signature; ranks holding
     plans of different signatures (count, op, the collective) raise on every rank with the tensor unwritten;
-    groups made, destroyed and made again."""
-    done = launch(nproc, "allred48_check.py", "plans", timeout=180)
+    groups made, destroyed and made again. DeprecationWarnings are errors: the 2-rank reduction of MIN and MAX
+    passed ``out`` as a third positional argument, which NumPy deprecates for minimum and maximum."""
+    done = launch(nproc, "allred48_check.py", "plans", timeout=180, PYTHONWARNINGS="error::DeprecationWarning")
     assert done.returncode == 0, done.stdout + done.stderr
     assert all(n >= 80 for n in passed(done, nproc).values()), done.stdout
 
