@@ -34,12 +34,12 @@ def timed(fn, repeat):
     return median_time(fn, repeat)
 
 
-def interleaved(fns, repeat, barrier, cpu=None):
+def interleaved(fns, repeat, barrier, cpu=None, calls=1):
     """Median seconds per call of each of ``fns``, called in turn ``repeat`` times after a barrier each (so
     every rank starts together, and a change of the machine's load falls on all of them alike), the order of the
     turn rotating each round: in a fixed order two runs of the same code differed by up to 60% by their place
-    (session 47). With a dict ``cpu``, also the median CPU seconds of this process per call (all its threads: a
-    progress thread's too) into ``cpu[name]``."""
+    (session 47). Each turn makes ``calls`` calls back to back, timed together. With a dict ``cpu``, also the
+    median CPU seconds of this process per call (all its threads: a progress thread's too) into ``cpu[name]``."""
     times = {name: [] for name in fns}
     cpus = {name: [] for name in fns}
     names = list(fns)
@@ -48,9 +48,10 @@ def interleaved(fns, repeat, barrier, cpu=None):
             fn = fns[name]
             barrier()
             c0, t0 = time.process_time(), time.perf_counter()
-            fn()
-            times[name].append(time.perf_counter() - t0)
-            cpus[name].append(time.process_time() - c0)
+            for _ in range(calls):
+                fn()
+            times[name].append((time.perf_counter() - t0) / calls)
+            cpus[name].append((time.process_time() - c0) / calls)
     if cpu is not None:
         cpu.update({name: statistics.median(cs[1:]) for name, cs in cpus.items()})
     return {name: statistics.median(ts[1:]) for name, ts in times.items()}
@@ -84,9 +85,16 @@ def allreduce_rows(sizes, repeat):
                            "jitorch": lambda: dist.all_reduce(t), "agreement": agreement,
                            "nonblocking": lambda: wait(MPI.COMM_WORLD.Iallreduce(MPI.IN_PLACE, array, MPI.SUM),
                                                        pg.timeout, "all_reduce"),
-                           "torch": lambda: tdist.all_reduce(theirs_t)}, repeat, MPI.COMM_WORLD.Barrier)
+                           "torch": lambda: tdist.all_reduce(theirs_t)}, repeat, MPI.COMM_WORLD.Barrier,
+                          calls=calls_per_turn(nbytes))
         rows.append({"bytes": nbytes, **row})
     return rows
+
+
+def calls_per_turn(nbytes):
+    """All-reduces timed together per turn: a call of a few us alone after a barrier timed mostly how soon the
+    scheduler ran both ranks (on the loaded 2-core machine, 4 B took 0.01 to 2 ms)."""
+    return 50 if nbytes <= 16 << 10 else 10 if nbytes <= 256 << 10 else 1
 
 
 def mlp(lib, width):
@@ -316,7 +324,8 @@ def main(argv=None):
     load = os.getloadavg()
     results = {n: launch(n, args.quick, args.allreduce) for n in ((2,) if args.allreduce else (1, 2))}
     print(f"machine load (1-minute average) before and after: {load[0]:.1f} / {os.getloadavg()[0]:.1f}")
-    print("\nall-reduce of float32, 2 ranks (ms, wall, median of interleaved calls after a barrier, the order rotating; "
+    print("\nall-reduce of float32, 2 ranks (ms, wall, median of interleaved turns after a barrier, the order rotating, "
+          "a turn 50 calls up to 16 KB, 10 up to 256 KB, 1 above; "
           "share of raw mpi4py's bandwidth; nonblocking: mpi4py's Iallreduce waited for as jitorch waits; agreement: "
           "jitorch's block alone)")
     print(f"{'size':>9} {'mpi4py':>9} {'jitorch':>9} {'nonblocking':>12} {'torch gloo':>11} {'agreement':>10} "
