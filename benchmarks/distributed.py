@@ -337,7 +337,7 @@ def main(argv=None):
     load = os.getloadavg()
     results = {n: launch(n, args.quick, args.allreduce) for n in ((2,) if args.allreduce else (1, 2))}
     print(f"machine load (1-minute average) before and after: {load[0]:.1f} / {os.getloadavg()[0]:.1f}")
-    print("\nall-reduce of float32, 2 ranks (ms, wall, median of interleaved turns after a barrier, the order rotating, "
+    print("\nall-reduce of float32, 2 ranks (us, wall, median of interleaved turns after a barrier, the order rotating, "
           "a turn 50 calls up to 16 KB, 10 up to 256 KB, 1 above; "
           "share of raw mpi4py's bandwidth; nonblocking: mpi4py's Iallreduce waited for as jitorch waits; agreement: "
           "jitorch's block alone; torch gloo: measured after the others, its group made then)")
@@ -345,8 +345,8 @@ def main(argv=None):
           f"{'jitorch/mpi4py':>15}")
     for row in results[2]["allreduce"]:
         size = f"{row['bytes'] / 2**20:.2f}MB" if row["bytes"] >= 1 << 16 else f"{row['bytes']}B"
-        print(f"{size:>9} {row['mpi4py'] * 1e3:>9.3f} {row['jitorch'] * 1e3:>9.3f} {row['nonblocking'] * 1e3:>12.3f} "
-              f"{row['torch'] * 1e3:>11.3f} {row['agreement'] * 1e3:>10.3f} {row['mpi4py'] / row['jitorch']:>14.0%}")
+        print(f"{size:>9} {row['mpi4py'] * 1e6:>9.1f} {row['jitorch'] * 1e6:>9.1f} {row['nonblocking'] * 1e6:>12.1f} "
+              f"{row['torch'] * 1e6:>11.1f} {row['agreement'] * 1e6:>10.1f} {row['mpi4py'] / row['jitorch']:>14.0%}")
     if args.allreduce:
         return
     print("\nDDP training step of an MLP, the same batch per rank (ms; efficiency = 1-rank time / 2-rank time)")
