@@ -173,6 +173,13 @@ def bound(pg):
     t.copy_(jt.from_numpy(values(rank, n, 7)))
     dist.all_reduce(t)
     check(t, expected("SUM", n, 7))
+    # past BOUND_MAX bytes a tensor given again all-reduces as any other
+    big = jt.zeros(collectives.BOUND_MAX // 4 + 1)
+    for call in range(3):
+        big.copy_(jt.from_numpy(values(rank, big.numel(), call)))
+        dist.all_reduce(big)
+        check(big, expected("SUM", big.numel(), call))
+    assert plan_of(pg, big.numel()).bound is None
     # rank 0 gives one tensor each call, the others two in turn: no rank binds, every call is right
     pair = [jt.zeros(n), jt.zeros(n)]
     for call in range(4):
