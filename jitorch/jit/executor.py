@@ -1221,7 +1221,7 @@ class CompiledGraph:
             parts = [(part, f"{base}_{j}") for group, base in refused for j, part in enumerate(split_refused(group))]
             parts = [(part, f"{base}_{part.kind}", None, self._kernel_layouts(part)) for part, base in parts]
             requests, sources = requests + parts, sources + self._sources(parts)
-        built = {name: (source, layouts) for (_, name, _, layouts), source in zip(requests, sources)}
+        built = {name: (source, layouts, group.nodes) for (group, name, _, layouts), source in zip(requests, sources)}
         if link_batch is None:
             return built, []
         try:
@@ -1266,7 +1266,11 @@ class CompiledGraph:
             self._note_eager_views(group.nodes)
             return
         layouts = self._kernel_layouts(group)
-        prebuilt, built_for = self._prebuilt_sources.get(f"{name}_{group.kind}", (None, None))
+        prebuilt, built_for, built_nodes = self._prebuilt_sources.get(f"{name}_{group.kind}", (None, None, None))
+        if built_nodes != group.nodes:
+            # another group's name: the batch built a refused view group's `split_refused` parts, which its
+            # `copy_then_views` parts here share (a transposed window copy ran as an eager view: test_compiled_conv_model)
+            prebuilt = built_for = None
         try:
             if built_for == layouts and prebuilt is None and (group.kind == "view" or split and len(group.nodes) > 1):
                 # the batch (`_prebuilt`) found that the builder refuses the group for these layouts, and what
