@@ -179,12 +179,15 @@ for _names, _rule in (("mul", _mul), ("true_divide", _divide), ("add", _add), ("
 
 
 _BROADCASTS = ("expand", "expand_as", "broadcast_to")
+# Whether a pointwise op reads ``x`` for its operand ``expand(x)`` (`_unbroadcast`); benchmarks/multiout.py compares
+# the steps built with and without.
+BROADCAST_READS = True
 
 
 def _unbroadcast(node):
     """Make ``node``, a pointwise op, read ``x`` for each operand ``expand(x)`` that its result's shape allows
     (the module docstring); returns whether it changed an operand."""
-    if node.op.kind != "pointwise" or any(is_list for _, is_list in node.op.tensor_args):
+    if not BROADCAST_READS or node.op.kind != "pointwise" or any(is_list for _, is_list in node.op.tensor_args):
         return False
     positions = [i for i, _ in node.op.tensor_args if i < len(node.args)]
     args, changed = list(node.args), False
