@@ -12,7 +12,10 @@ A pointwise kernel loops over its output's shape. A reduction kernel loops
 over the kept dims outside and the reduced dims inside, accumulating the
 pointwise prologue (writing the input side's outputs: `fusion.reduction_sides`),
 then computes its epilogue at the kept index and its row epilogue in a second
-pass over the reduced dims; where the
+pass over the reduced dims. Several reductions over one space (`reductions_of`)
+share the kernel: each row is reduced by each in turn, the loop each has alone,
+and where the input's innermost dim is kept one loop folds every element into
+each reduction's accumulators. Where the
 input's innermost dim is kept, it reduces a chunk of kept elements at a time
 with the reduced dims outside, so its inner loop runs along memory. On the CPU a
 long run of reduced elements is read in several streams, each with its own
@@ -1563,4 +1566,4 @@ def _decode(data):
 
 
 __all__ = ["CompileError", "KernelSource", "build", "build_copy", "build_many", "build_pointwise",
-           "build_reduction", "build_shared"]
+           "build_reduction", "build_shared", "reductions_of"]

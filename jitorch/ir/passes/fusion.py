@@ -23,6 +23,13 @@ comes from `jitorch.ir.lowerable.kind_of` (the code generator's rule):
   computed in a second pass over each row while the row is in cache, unless
   a reduction outside reads what they write, or a view of it (its prologue
   computes them rather than reading them from memory);
+* reductions over one input space that reduce the same dims to the same
+  output (`same_reduction`: sums, means, maxima and minima with one result,
+  not full reductions) share a group where none depends on another
+  (`dependent_reductions`): a layer norm's backward sums ``g * w`` and
+  ``g * w * xhat`` over each row, and ``g`` and ``g * xhat`` over each
+  column, each pair reading its input once; the epilogue and the row
+  epilogue read all their results;
 * a view of a value from outside the group (or of such a view) folds into the
   group that consumes it as index maths; a view of a value computed in the
   group would need that value in memory, so it starts a later group; a view
@@ -43,7 +50,7 @@ Groups grow by merging, most valuable first: producer and consumer over the
 same space, then reductions with their prologue and epilogue, then any other
 legal producer-consumer pair (broadcast inputs), then siblings over one space
 that read a common value (a pointwise cluster and a reduction over its input
-among them), then pointwise groups of one element that share nothing (an optimizer's step
+among them, and reductions that may share a group), then pointwise groups of one element that share nothing (an optimizer's step
 counters, one per parameter: a kernel call costs more than their arithmetic). A merge happens when the merged group still has one
 kernel form (`_Partition.union_form`) and at most `MAX_GROUP_NODES` nodes, and
 the graph of groups stays acyclic (checked against a topological order of the
