@@ -249,3 +249,17 @@ def test_the_emulated_gpu_agrees_with_the_cpu(fn, sizes):
         gpu = [t.cpu().numpy() for t in (out if isinstance(out, tuple) else (out,))]
     for a, b in zip(gpu, cpu):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-4)
+
+
+def test_a_row_pass_written_into_the_input_both_sums_read():
+    """``x.sub_(...)`` of both row sums: the row pass's result goes back into ``x`` after both loops read it."""
+    def fn(x):
+        x.sub_(x.sum(-1, keepdim=True) * 0.1 + (x * x).sum(-1, keepdim=True) * 0.01)
+        return x
+    (a,) = data((30, 1500), seed=8)
+    (ops,) = kernel_ops(fn, a.clone())
+    assert ops.count("sum") == 2
+    got = jt.compile(fn)(a.clone()).numpy()
+    np.testing.assert_allclose(got, fn(a.clone()).numpy(), rtol=1e-5, atol=1e-4)
+    with shared(False):
+        np.testing.assert_array_equal(got, jt.compile(fn)(a.clone()).numpy())
