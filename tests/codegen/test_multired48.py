@@ -20,6 +20,7 @@ import jitorch as jt
 from jitorch.backends.cuda import emulator
 from jitorch.backends.cuda.fake import FakeBackend
 from jitorch.ir.passes import fusion
+from jitorch.jit import plan_cache
 from jitorch.jit.executor import KernelStep
 from jitorch.runtime.cuda_backend import use_backend
 from tests.cuda.test_ptx import assert_assembles, cuda_kernels
@@ -27,13 +28,14 @@ from tests.cuda.test_ptx import assert_assembles, cuda_kernels
 
 @contextlib.contextmanager
 def shared(on):
-    """Fusion with (``on``) or without reductions sharing a kernel."""
-    saved = fusion.SHARED_REDUCTIONS
-    fusion.SHARED_REDUCTIONS = on
+    """Fusion with (``on``) or without reductions sharing a kernel; the plan cache unused (a plan stored for a
+    graph fused with them would be adopted without)."""
+    saved = fusion.SHARED_REDUCTIONS, plan_cache.MIN_NODES
+    fusion.SHARED_REDUCTIONS, plan_cache.MIN_NODES = on, float("inf")
     try:
         yield
     finally:
-        fusion.SHARED_REDUCTIONS = saved
+        fusion.SHARED_REDUCTIONS, plan_cache.MIN_NODES = saved
 
 
 def kernel_ops(fn, *args):
