@@ -19,8 +19,12 @@ import torch
 import jitorch as jt
 from jitorch.backends.cuda import emulator
 from jitorch.backends.cuda.fake import FakeBackend
+from jitorch.codegen.errors import CompileError
+from jitorch.codegen.kernel import build_reduction
+from jitorch.codegen.nvptx.target import NVPTX
 from jitorch.ir.passes import fusion
-from jitorch.jit import plan_cache
+from jitorch.ir.passes.fusion import Group
+from jitorch.jit import plan_cache, trace
 from jitorch.jit.executor import KernelStep
 from jitorch.runtime.cuda_backend import use_backend
 from tests.cuda.test_ptx import assert_assembles, cuda_kernels
@@ -265,3 +269,18 @@ def test_a_row_pass_written_into_the_input_both_sums_read():
     np.testing.assert_allclose(got, fn(a.clone()).numpy(), rtol=1e-5, atol=1e-4)
     with shared(False):
         np.testing.assert_array_equal(got, jt.compile(fn)(a.clone()).numpy())
+
+
+@pytest.mark.parametrize("fn", [lambda x: (x.sum(-1), x.sum(0)),
+                                lambda x: (x.sum(-1, keepdim=True), (x - x.sum(-1, keepdim=True)).sum(-1))],
+                         ids=["other-dims", "dependent"])
+def test_the_builder_refuses_reductions_that_cannot_share_a_loop(fn):
+    """A group fusion would not make (a stale plan's, say) is refused with a CompileError, for the CPU and the GPU,
+    before any code is emitted."""
+    graph = trace(fn, jt.randn(6, 5))
+    nodes = list(graph.nodes)
+    inputs = list(graph.inputs)
+    group = Group("reduction", nodes, inputs, list(graph.output_values()), (6, 5))
+    for target in (None, NVPTX):
+        with pytest.raises(CompileError, match="cannot share a loop|depend on each other"):
+            build_reduction(group, "k", target)
