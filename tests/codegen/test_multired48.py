@@ -236,6 +236,7 @@ CASES = [(column_pair, ((300, 64), (300, 64))), (row_pair, ((40, 300), (40, 300)
          (rms_norm_backward, ((20, 200), (20, 200), (200,)))]
 
 
+@pytest.mark.cpu_independent
 @pytest.mark.parametrize("fn, sizes", CASES, ids=[c[0].__name__ for c in CASES])
 def test_the_nvptx_kernels_take_shared_reductions_and_assemble(fn, sizes):
     kernels = cuda_kernels(fn, *data(*sizes))
