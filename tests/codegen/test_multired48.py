@@ -1,7 +1,7 @@
 """Several reductions over one input in one kernel (issue 19): a layer norm's backward sums ``g * w`` and
 ``g * w * xhat`` over each row and ``g`` and ``g * xhat`` over each column; RMSNorm's forward and backward
-average ``x * x`` and ``g * w * x`` over each row. Fusion puts reductions over one input space and the same dims in one group
-(`fusion.same_reduction`); the kernel computes columns in one loop (an accumulator array each) and rows in one
+average ``x * x`` and ``g * w * x`` over each row. Fusion puts reductions over one input space and the same
+dims in one group (`fusion.same_reduction`); the kernel computes columns in one loop (an accumulator array each) and rows in one
 loop each over the row, each reduction's loop the one it has alone: every result has the bits the separate
 kernels gave (`fusion.SHARED_REDUCTIONS` off), which the tests check bit for bit, at one and two threads, here
 and for the x86-64-v2 baseline (``JITORCH_CPU=x86-64-v2``, which `.ci/variants` runs this file under); then

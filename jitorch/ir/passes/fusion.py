@@ -50,8 +50,9 @@ Groups grow by merging, most valuable first: producer and consumer over the
 same space, then reductions with their prologue and epilogue, then any other
 legal producer-consumer pair (broadcast inputs), then siblings over one space
 that read a common value (a pointwise cluster and a reduction over its input
-among them, and reductions that may share a group), then pointwise groups of one element that share nothing (an optimizer's step
-counters, one per parameter: a kernel call costs more than their arithmetic). A merge happens when the merged group still has one
+among them, and reductions that may share a group), then pointwise groups of
+one element that share nothing (an optimizer's step counters, one per
+parameter: a kernel call costs more than their arithmetic). A merge happens when the merged group still has one
 kernel form (`_Partition.union_form`) and at most `MAX_GROUP_NODES` nodes, and
 the graph of groups stays acyclic (checked against a topological order of the
 groups kept up to date, so a merge costs time in proportion to the groups
