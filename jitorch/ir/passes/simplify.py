@@ -42,11 +42,10 @@ from __future__ import annotations
 import math
 from numbers import Number
 
-import numpy as np
-
 from ...ops import registry
 from ...ops.pointwise import POW_BY_OTHER_OPS
 from ...runtime import dtypes as _dt
+from ..fake import fake_tensor
 from ..graph import Node, Value
 from .rewrite import Rewriter, graph_pass
 
@@ -191,7 +190,6 @@ def _unbroadcast(node):
         return False
     positions = [i for i, _ in node.op.tensor_args if i < len(node.args)]
     args, changed = list(node.args), False
-    shape = tuple(node.outputs[0].type.shape)
     for i in positions:
         a = args[i]
         if not isinstance(a, Value) or a.node is None or a.node.op.name not in _BROADCASTS:
@@ -201,16 +199,24 @@ def _unbroadcast(node):
                 or x.type.device != a.type.device:
             continue
         trial = args[:i] + [x] + args[i + 1:]
-        try:
-            broadcast = tuple(np.broadcast_shapes(*(tuple(trial[j].type.shape) for j in positions
-                                                    if isinstance(trial[j], Value))))
-        except ValueError:
-            continue
-        if broadcast == shape:
+        if _same_result(node, trial):
             args, changed = trial, True
     if changed:
         node.args = tuple(args)
     return changed
+
+
+def _same_result(node, args):
+    """Whether ``node``'s op on ``args`` (its operands, one of them replaced) gives the node's result type: its
+    meta (shape, dtype, device), which also says where the op refuses such operands (an error)."""
+    fakes = [fake_tensor(a.type.shape, a.type.dtype, a.type.device) if isinstance(a, Value) else a for a in args]
+    try:
+        spec = registry.quiet_meta(node.op, fakes)
+    except (TypeError, ValueError, RuntimeError, IndexError):
+        return False
+    out = node.outputs[0].type
+    return len(node.outputs) == 1 and not isinstance(spec, tuple) and tuple(spec.shape) == tuple(out.shape) \
+        and spec.dtype == out.dtype and spec.device == out.device
 
 
 def _product_steps(n):
