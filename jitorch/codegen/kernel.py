@@ -12,7 +12,10 @@ A pointwise kernel loops over its output's shape. A reduction kernel loops
 over the kept dims outside and the reduced dims inside, accumulating the
 pointwise prologue (writing the input side's outputs: `fusion.reduction_sides`),
 then computes its epilogue at the kept index and its row epilogue in a second
-pass over the reduced dims; where the
+pass over the reduced dims. Several reductions over one space (`reductions_of`)
+share the kernel: each row is reduced by each in turn, the loop each has alone,
+and where the input's innermost dim is kept one loop folds every element into
+each reduction's accumulators. Where the
 input's innermost dim is kept, it reduces a chunk of kept elements at a time
 with the reduced dims outside, so its inner loop runs along memory. On the CPU a
 long run of reduced elements is read in several streams, each with its own
@@ -42,7 +45,7 @@ from llvmlite import ir
 from ..ir import lowerable
 from ..ir.fake import fake_args, fake_tensor
 from ..ir.graph import TensorType, Value, iter_values
-from ..ir.passes.fusion import Group, reduction_sides
+from ..ir.passes.fusion import Group, dependent_reductions, reduction_sides, same_reduction
 from ..ops import registry
 from ..ops.pointwise_base import reads_unrounded, rounding_dtype
 from ..runtime import dtypes as _dt
@@ -631,10 +634,50 @@ def _used(value, bld):
     return any(value in list(iter_values(n.args)) for n in bld.computed) or value in bld.group.outputs
 
 
+@dataclass(eq=False)
+class _Accumulator:
+    """One reduction of a reduction kernel: its node, its input ``x`` and result ``out``, its lowering
+    (`lowering.Reduction`), the dtypes it computes and accumulates in, its identity as the accumulator holds it,
+    and its slot (an alloca in the entry block, which mem2reg promotes)."""
+
+    node: object
+    x: object
+    out: object
+    lowering: object
+    compute: object
+    dtype: object
+    identity: object
+    slot: object = None
+
+
+def reductions_of(group):
+    """The reduction nodes of a reduction group, in dataflow order: one, or several over one input space reducing
+    the same dims (`fusion.same_reduction`), which one kernel computes side by side. Raises `CompileError` for
+    others."""
+    reds = [n for n in group.nodes if n.op.view is None and lowering.kind_of(n) == "reduction"]
+    if len(reds) > 1:
+        bad = [r for r in reds[1:] if not same_reduction(reds[0], r)]
+        if bad:
+            raise CompileError(f"{bad[0].op.name} over {list(bad[0].args[0].type.shape)} cannot share a loop with "
+                               f"{reds[0].op.name} over {list(reds[0].args[0].type.shape)}")
+        if dependent_reductions(reds, group.nodes):
+            raise CompileError("a reduction group whose reductions depend on each other")
+    return reds
+
+
 def build_reduction(group, name, target=None, aliases=None, layouts=None):
     """A reduction group's kernel: kept dims outside, reduced dims inside, then the epilogue (or, when
-    the innermost input dim is kept, a chunk of kept elements reduced with the reduced dims outside)."""
-    red = next(n for n in group.nodes if n.op.view is None and lowering.kind_of(n) == "reduction")
+    the innermost input dim is kept, a chunk of kept elements reduced with the reduced dims outside).
+
+    A group of several reductions over one space (`reductions_of`) computes them in one kernel: where the
+    innermost input dim is kept, in one loop, each kept element's accumulators side by side (each adds its
+    terms in the order it does alone: the vectorised loop runs across kept elements); where the reduced dims
+    are inside, in one loop each over the row, one after the other (the first reads the row from memory, the
+    others from cache), each the loop the reduction has alone, which LLVM vectorises alike, so each sum keeps
+    its bits (a float sum may reassociate, and LLVM's choice of lanes for one loop of two sums need not be its
+    choice for one); then the epilogue and the row epilogue, which read all the results."""
+    reds = reductions_of(group)
+    red = reds[0]
     x = red.args[0]
     in_shape = tuple(x.type.shape)
     dims = red.args[1] if len(red.args) > 1 else None
@@ -645,8 +688,8 @@ def build_reduction(group, name, target=None, aliases=None, layouts=None):
     reduced = sorted({d % len(in_shape) for d in dims}) if dims and in_shape else list(range(len(in_shape)))
     # the input side (the prologue and its siblings, `fusion.reduction_sides`) runs inside the reduction loop, the
     # row epilogue in a second pass over each row once its result is known
-    _, _, row_nodes = reduction_sides(red, group.nodes)
-    merge = None if row_nodes else _merged_reduced_dims(group, red, reduced)
+    _, _, row_nodes = reduction_sides(reds, group.nodes)
+    merge = None if row_nodes or len(reds) > 1 else _merged_reduced_dims(group, red, reduced)
     bld = _Builder(group if merge is None else replace(group, nodes=[n for n in group.nodes if n is not merge]),
                    name, target, aliases, layouts)
     if merge is not None and merge.args[0] in bld.geometry:
@@ -657,16 +700,16 @@ def build_reduction(group, name, target=None, aliases=None, layouts=None):
         reduced = list(range(len(x.type.shape) - 1, len(in_shape)))
     elif merge is not None:
         bld = _Builder(group, name, target, aliases, layouts)
-    prologue = reduction_sides(red, bld.group.nodes)[0] & set(bld.computed)
+    prologue = reduction_sides(reds, bld.group.nodes)[0] & set(bld.computed)
     inner_leaves = bld.with_indices([v for v in bld.geometry
-                                     if any(v in list(_args(n)) for n in prologue | row_nodes | {red})])
+                                     if any(v in list(_args(n)) for n in prologue | row_nodes | set(reds))])
     if not red.op.pieces["lowering"].indexed:  # (an indexed reduction's index is row-major over them)
         reduced = _memory_order([bld.geometry[v] for v in inner_leaves], in_shape, reduced)
     kept = [d for d in range(len(in_shape)) if d not in reduced]
     keepdim = bool(red.args[2]) if red.op.name not in ("max", "min") and len(red.args) > 2 else False
     out_value = red.outputs[0]
     out_shape = tuple(out_value.type.shape)
-    epilogue = [n for n in bld.computed if n is not red and n not in prologue]
+    epilogue = [n for n in bld.computed if n not in reds and n not in prologue]
 
     outer_leaves = bld.with_indices([v for v in bld.geometry if any(v in list(_args(n)) for n in epilogue
                                                                     if n not in row_nodes) or v in group.outputs])
@@ -715,22 +758,26 @@ def build_reduction(group, name, target=None, aliases=None, layouts=None):
     epi_strides = dict(zip(epi_outs, k_strides[n_outer:n_outer + len(epi_outs)]))
     write = k_strides[-1]
 
-    reduction = red.op.pieces["lowering"]
-    if reduction.indexed and bld.target is not CPU:
+    indexed = red.op.pieces["lowering"].indexed
+    if indexed and bld.target is not CPU:
         raise CompileError(f"{red.op.name}: a reduction that keeps an index lowers for the CPU only")
     module, kernel, ptr, b, e = bld.begin(bld.roots + outputs)
-    combine, finish = reduction.combine, reduction.finish
-    spec = _meta_of(red)
-    spec = spec[0] if isinstance(spec, tuple) else spec  # max.dim's: (values, indices)
-    compute = spec.compute or out_value.type.dtype
-    acc_dtype = reduction.accumulator(compute, out_value.type.dtype)
+    accs = []
+    for r in reds:
+        spec = _meta_of(r)
+        spec = spec[0] if isinstance(spec, tuple) else spec  # max.dim's: (values, indices)
+        r_compute = spec.compute or r.outputs[0].type.dtype
+        r_lowering = r.op.pieces["lowering"]
+        r_dtype = r_lowering.accumulator(r_compute, r.outputs[0].type.dtype)
+        accs.append(_Accumulator(r, r.args[0], r.outputs[0], r_lowering, r_compute, r_dtype,
+                                 r_lowering.start(e, r_compute, r_dtype), b.alloca(llvm_type(r_dtype))))
+    # (the first reduction's pieces: a split full reduction or an indexed one is a group's only reduction)
+    reduction, compute, acc_dtype, identity, acc = red.op.pieces["lowering"], accs[0].compute, accs[0].dtype, \
+        accs[0].identity, accs[0].slot
     count = prod(red_sizes)
-
-    acc = b.alloca(llvm_type(acc_dtype))  # in the entry block, where mem2reg promotes it
-    identity = reduction.start(e, compute, acc_dtype)
     # an indexed reduction's chosen index (row-major over the reduced dims, which merging dims keeps),
     # in the slot at the same place of a parallel array
-    index_of = {acc: b.alloca(I64)} if reduction.indexed else None
+    index_of = {acc: b.alloca(I64)} if indexed else None
 
     def loader(b, kidx, ridx):
         """``load(leaf)``: a leaf of the input side or the row epilogue at input index (kidx, ridx)."""
@@ -744,40 +791,43 @@ def build_reduction(group, name, target=None, aliases=None, layouts=None):
             off = bld.offset(b, kidx + ridx, list(pro_kept[out]) + list(pro_red[out]), 0)
             e.store(bld.evaluate(e, out, memo, load), b.gep(ptr[out], [off]))
 
-    def reduce_item(b, kidx, ridx, slot, outs):
-        """Fold the prologue's value at (kidx, ridx) into ``slot``; write the input side's outputs ``outs`` there."""
+    def reduce_item(b, kidx, ridx, slots, outs, which=None):
+        """Fold the prologue's values at (kidx, ridx) into the ``slots`` of the reductions ``which`` (all by
+        default); write the input side's outputs ``outs`` there."""
         load = loader(b, kidx, ridx)
         memo = {}
-        item = reduction.enter(e, bld.evaluate(e, x, memo, load), compute, acc_dtype)
-        if index_of is None:
-            e.store(combine(e, e.load(slot, acc_dtype), item), slot)
-        else:
-            current = e.load(slot, acc_dtype)
-            takes = combine(e, current, item)
-            e.store(e.select(takes, item, current), slot)
-            where = index_of[slot]
-            b.store(b.select(takes.value, bld.offset(b, ridx, contiguous_strides(tuple(r_sizes)), 0), b.load(where)),
-                    where)
+        for a, slot in zip(which or accs, slots):
+            item = a.lowering.enter(e, bld.evaluate(e, a.x, memo, load), a.compute, a.dtype)
+            if index_of is None:
+                e.store(a.lowering.combine(e, e.load(slot, a.dtype), item), slot)
+            else:
+                current = e.load(slot, a.dtype)
+                takes = a.lowering.combine(e, current, item)
+                e.store(e.select(takes, item, current), slot)
+                where = index_of[slot]
+                b.store(b.select(takes.value, bld.offset(b, ridx, contiguous_strides(tuple(r_sizes)), 0),
+                                 b.load(where)), where)
         store_at(b, kidx, ridx, outs, memo, load)
 
-    def results(b, kidx, slot, total=None, second=()):
-        """The reduction's result at kept index ``kidx``, from its accumulator in ``slot`` (or ``total``, the
-        result itself), and every value computed from it there (the epilogue), stored; then the row epilogue's
-        values and ``second``, input-side outputs, in a second pass over the row (the values the first computed
-        held for it)."""
-        if total is None:
-            total = reduction.leave(e, e.load(slot, acc_dtype), compute)
-        if finish is not None:
-            total = finish(e, total, count)
+    def results(b, kidx, slots, totals=None, second=()):
+        """The reductions' results at kept index ``kidx``, from their accumulators in ``slots`` (or ``totals``,
+        the results themselves), and every value computed from them there (the epilogue), stored; then the row
+        epilogue's values and ``second``, input-side outputs, in a second pass over the row (the values the first
+        computed held for it)."""
+        memo = {}
+        for i, a in enumerate(accs):
+            total = a.lowering.leave(e, e.load(slots[i], a.dtype), a.compute) if totals is None else totals[i]
+            if a.lowering.finish is not None:
+                total = a.lowering.finish(e, total, count)
+            if index_of is None:
+                memo[a.out] = e.cast(total, a.out.type.dtype)
+            else:  # the index is the last output (argmax's only one), the values the first (max.dim's)
+                memo[red.outputs[-1]] = Scalar(b.load(index_of[slots[i]]), _dt.int64)
+                if len(red.outputs) > 1:
+                    memo[a.out] = e.cast(total, a.out.type.dtype)
 
         def load_outer(v):
             return bld.read(e, b, ptr, v, bld.offset(b, kidx, outer_strides[v], bld.geometry[v][3]), load_outer)
-        if index_of is None:
-            memo = {out_value: e.cast(total, out_value.type.dtype)}
-        else:  # the index is the last output (argmax's only one), the values the first (max.dim's)
-            memo = {red.outputs[-1]: Scalar(b.load(index_of[slot]), _dt.int64)}
-            if len(red.outputs) > 1:
-                memo[out_value] = e.cast(total, out_value.type.dtype)
         for out in epi_outs:
             s = bld.evaluate(e, out, memo, load_outer)
             e.store(s, b.gep(ptr[out], [bld.offset(b, kidx, epi_strides[out], 0)]))
@@ -787,61 +837,72 @@ def build_reduction(group, name, target=None, aliases=None, layouts=None):
             bld.target.map_loops(bld, b, r_sizes, lambda b, ridx: store_at(
                 b, kidx, ridx, list(second) + row_outs, dict(memo), loader(b, kidx, ridx)))
 
-    def start(b, slot):
-        e.store(identity, slot)
+    def start(b, a, slot):
+        e.store(a.identity, slot)
         if index_of is not None:
             b.store(I64(0), index_of[slot])
 
-    def element(b, kidx, j):
-        """The prologue's value at kept index ``kidx`` and flat reduced index ``j``, in the compute dtype."""
-        return e.cast(bld.evaluate(e, x, {}, loader(b, kidx, [j])), compute)
+    def element(b, a, kidx, j):
+        """Reduction ``a``'s prologue value at kept index ``kidx`` and flat reduced index ``j``, in its compute
+        dtype."""
+        return e.cast(bld.evaluate(e, a.x, {}, loader(b, kidx, [j])), a.compute)
 
     # Where the reduced dims are inside (each kept index's row reduced in turn), the siblings' outputs (values of
-    # the input side that the reduction does not read) are written in the row's second pass, with the row
-    # epilogue's: the reduction's loop is then the one it has without them, which LLVM vectorises alike, so the
+    # the input side that the reductions do not read) are written in the row's second pass, with the row
+    # epilogue's: each reduction's loop is then the one it has without them, which LLVM vectorises alike, so the
     # sum has its bits (LLVM 15 vectorised a row sum storing a sibling at another width, and its bits changed).
-    feeding = _upstream(red, bld)
-    inline_outs = [o for o in pro_outs if o.node in feeding]
-    sibling_outs = [o for o in pro_outs if o not in inline_outs]
-    # On the CPU, a run of reduced elements (the reduced dims collapse to one; no prologue output, no index) is
-    # read in several streams at once (`streamed_run`); a float max or min there as `float_extremum` does.
-    run = bld.target is CPU and len(r_sizes) == 1 and not inline_outs and index_of is None
-    extremum = EXTREMA.get(reduction) if run and compute in EXTREMUM_DTYPES and not _carries_float16(bld) else None
+    # A prologue output that a reduction reads is written in the loop of the first reduction reading it.
+    inline = {}
+    written = set()
+    for a in accs:
+        feeding = _upstream(a.node, bld)
+        inline[a] = [o for o in pro_outs if o.node in feeding and o not in written]
+        written.update(inline[a])
+    sibling_outs = [o for o in pro_outs if o not in written]
+    half = _carries_float16(bld)
 
-    def streamed(count):
-        """Whether a run of ``count`` elements reduces in streams, and in how many."""
-        return run and (extremum is not None or count >= STREAMED_MIN), streams_for(count)
+    def streamed(a, count):
+        """(whether a run of ``count`` elements of reduction ``a`` reduces in streams, in how many, and the float
+        max or min it folds with there, if any). On the CPU, a run of reduced elements (the reduced dims collapse
+        to one; no prologue output in its loop, no index) is read in several streams at once (`streamed_run`);
+        a float max or min there as `float_extremum` does."""
+        run = bld.target is CPU and len(r_sizes) == 1 and not inline[a] and index_of is None
+        extremum = EXTREMA.get(a.lowering) if run and a.compute in EXTREMUM_DTYPES and not half else None
+        return run and (extremum is not None or count >= STREAMED_MIN), streams_for(count), extremum
 
-    def reduce_run(b, kidx, lo, hi, streams):
-        """The reduction (in the compute dtype) of the run's elements [lo, hi) at kept index ``kidx``: one
+    def reduce_run(b, a, kidx, lo, hi, streams, extremum):
+        """Reduction ``a`` (in its compute dtype) of the run's elements [lo, hi) at kept index ``kidx``: one
         accumulator per stream, combined at the end."""
-        value = lambda b, j: element(b, kidx, j)  # noqa: E731
+        value = lambda b, j: element(b, a, kidx, j)  # noqa: E731
         if extremum is not None:
-            return float_extremum(b, extremum, compute, lo, hi, value, streams)
+            return float_extremum(b, extremum, a.compute, lo, hi, value, streams)
         with b.goto_entry_block():
-            slots = [b.alloca(llvm_type(acc_dtype)) for _ in range(streams)]
+            slots = [b.alloca(llvm_type(a.dtype)) for _ in range(streams)]
         for slot in slots:
-            e.store(identity, slot)
+            e.store(a.identity, slot)
 
         def visit(b, js):
             for slot, j in zip(slots, js):
-                e.store(combine(e, e.load(slot, acc_dtype), reduction.enter(e, value(b, j), compute, acc_dtype)),
-                        slot)
+                e.store(a.lowering.combine(e, e.load(slot, a.dtype),
+                                           a.lowering.enter(e, value(b, j), a.compute, a.dtype)), slot)
         streamed_run(b, lo, hi, streams, visit)
-        total = e.load(slots[0], acc_dtype)
+        total = e.load(slots[0], a.dtype)
         for slot in slots[1:]:
-            total = combine(e, total, e.load(slot, acc_dtype))
-        return reduction.leave(e, total, compute)
+            total = a.lowering.combine(e, total, e.load(slot, a.dtype))
+        return a.lowering.leave(e, total, a.compute)
 
     def kept_body(b, kidx):
-        use, streams = streamed(r_sizes[0] if r_sizes else 0)
-        if use:
-            results(b, kidx, None, reduce_run(b, kidx, I64(0), I64(r_sizes[0]), streams), sibling_outs)
-            return
-        start(b, acc)
-        bld.target.reduce_loops(bld, b, e, r_sizes, lambda b, ridx, slot: reduce_item(b, kidx, ridx, slot, inline_outs),
-                                acc, acc_dtype, combine, identity)
-        results(b, kidx, acc, second=sibling_outs)
+        totals = []
+        for a in accs:  # (one loop over the row each: see the docstring)
+            use, streams, extremum = streamed(a, r_sizes[0] if r_sizes else 0)
+            if use:
+                totals.append(reduce_run(b, a, kidx, I64(0), I64(r_sizes[0]), streams, extremum))
+                continue
+            start(b, a, a.slot)
+            bld.target.reduce_loops(bld, b, e, r_sizes, lambda b, ridx, slot, a=a: reduce_item(
+                b, kidx, ridx, [slot], inline[a], [a]), a.slot, a.dtype, a.lowering.combine, a.identity)
+            totals.append(a.lowering.leave(e, e.load(a.slot, a.dtype), a.compute))
+        results(b, kidx, [a.slot for a in accs], totals, second=sibling_outs)
 
     n = prod(in_shape)
     ops = [nd.op.name for nd in group.nodes]
@@ -850,18 +911,21 @@ def build_reduction(group, name, target=None, aliases=None, layouts=None):
     # (one kept dim that every operand lays along memory: a chunk is one run of each reduced row)
     one_run = len(k_sizes) == 1 and all(inner_kept[v][0] in (0, 1) for v in inner_leaves)
     chunk_bytes = bld.target.kept_run_bytes if one_run else bld.target.kept_chunk_bytes
-    slots = max(1, chunk_bytes // acc_dtype.itemsize)
+    # (the accumulators of all the reductions share the chunk's bytes)
+    slots = max(1, chunk_bytes // sum(a.dtype.itemsize for a in accs))
     if kept and reduced and kept[-1] == len(in_shape) - 1 and in_shape[-1] > 1 \
-            and per_unit * acc_dtype.itemsize <= KEPT_CHUNK_MAX_BYTES:
+            and per_unit * sum(a.dtype.itemsize for a in accs) <= KEPT_CHUNK_MAX_BYTES:
         if row_outs:  # (fusion gives a row epilogue only to a reduction of trailing dims)
             raise CompileError("a row epilogue of a reduction that keeps the input's innermost dim")
         # The input's innermost dim is kept (a sum over rows, as a bias gradient is): the accumulators
         # of a chunk of kept elements (whole units of the outer loop) lie in a stack array, and the
         # reduced dims loop outside the kept ones, so the innermost loop runs along memory and
-        # vectorises; then the epilogue, one pass over the chunk's accumulators.
+        # vectorises; then the epilogue, one pass over the chunk's accumulators. Several reductions keep
+        # an array each, and the loop folds each element into each of them.
         units = max(1, slots // per_unit)
-        buf = acc if units * per_unit == 1 else b.alloca(llvm_type(acc_dtype), size=units * per_unit)
-        indices = None if index_of is None or buf is acc else b.alloca(I64, size=units * per_unit)
+        bufs = [a.slot if units * per_unit == 1 else b.alloca(llvm_type(a.dtype), size=units * per_unit)
+                for a in accs]
+        indices = None if index_of is None or bufs[0] is acc else b.alloca(I64, size=units * per_unit)
 
         def chunk(b, lo):
             hi = b.select(b.icmp_signed("<", b.add(lo, I64(units)), kernel.args[1]), b.add(lo, I64(units)),
@@ -869,15 +933,19 @@ def build_reduction(group, name, target=None, aliases=None, layouts=None):
             first = b.mul(lo, I64(per_unit))
 
             def at(b, kidx):
-                if buf is acc:
-                    return buf
+                """The accumulators of kept index ``kidx``, one per reduction."""
+                if units * per_unit == 1:
+                    return bufs
                 place = b.sub(bld.offset(b, kidx, write, 0), first)
-                slot = b.gep(buf, [place])
+                found = [b.gep(buf, [place]) for buf in bufs]
                 if indices is not None:
-                    index_of[slot] = b.gep(indices, [place])
-                return slot
+                    index_of[found[0]] = b.gep(indices, [place])
+                return found
 
-            bld.target.map_loops(bld, b, k_sizes, lambda b, kidx: start(b, at(b, kidx)), lo, hi)
+            def start_all(b, kidx):
+                for a, slot in zip(accs, at(b, kidx)):
+                    start(b, a, slot)
+            bld.target.map_loops(bld, b, k_sizes, start_all, lo, hi)
             bld.loops(b, r_sizes, lambda b, ridx: bld.target.map_loops(
                 bld, b, k_sizes, lambda b, kidx: reduce_item(b, kidx, ridx, at(b, kidx), pro_outs), lo, hi))
             bld.target.map_loops(bld, b, k_sizes, lambda b, kidx: results(b, kidx, at(b, kidx)), lo, hi)
@@ -894,18 +962,19 @@ def build_reduction(group, name, target=None, aliases=None, layouts=None):
         # threads compute apart and the caller combines. Their count is fixed, so the result does
         # not depend on the number of threads.
         step = -(-n // parts)
+        combine = reduction.combine
 
         def part_body(b, pidx):
             lo = b.mul(pidx[0], I64(step))
             hi = b.select(b.icmp_signed("<", b.add(lo, I64(step)), I64(n)), b.add(lo, I64(step)), I64(n))
-            use, streams = streamed(step)
+            use, streams, extremum = streamed(accs[0], step)
             if use:
-                partial = reduce_run(b, [], lo, hi, streams)
+                partial = reduce_run(b, accs[0], [], lo, hi, streams, extremum)
             else:
                 e.store(identity, acc)
 
                 def item_body(b, ridx, slot):
-                    item = reduction.enter(e, element(b, [], ridx[0]), compute, acc_dtype)
+                    item = reduction.enter(e, element(b, accs[0], [], ridx[0]), compute, acc_dtype)
                     e.store(combine(e, e.load(slot, acc_dtype), item), slot)
 
                 bld.target.reduce_loops(bld, b, e, [n], item_body, acc, acc_dtype, combine, identity, lo, hi)
@@ -1521,4 +1590,4 @@ def _decode(data):
 
 
 __all__ = ["CompileError", "KernelSource", "build", "build_copy", "build_many", "build_pointwise",
-           "build_reduction", "build_shared"]
+           "build_reduction", "build_shared", "reductions_of"]

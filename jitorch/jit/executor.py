@@ -637,12 +637,10 @@ def _numel(v):
 
 
 def _feeding_reductions(nodes):
-    """The nodes of a reduction group evaluated inside its reduction loop (its input side:
-    `fusion.reduction_sides`), the reduction included."""
-    found = set()
-    for red in (n for n in nodes if n.op.kind == "reduction"):
-        found |= reduction_sides(red, nodes)[0] | {red}
-    return found
+    """The nodes of a reduction group evaluated inside its reduction loops (its input side:
+    `fusion.reduction_sides`, of all its reductions together), the reductions included."""
+    reds = [n for n in nodes if n.op.kind == "reduction"]
+    return reduction_sides(reds, nodes)[0] | set(reds) if reds else set()
 
 
 def lifetimes(graph, steps):

@@ -264,7 +264,10 @@ def test_row_max_and_min_match_torch_on_nan_infinities_zeros_and_tails(n, dtype,
     def fn(t):
         return t.amax(1), t.amin(1), t.amax(), t.amin(), t[:1].max(), t[:1].min()
     compiled = jt.compile(fn)
-    assert sorted(k.ops[0] for k in compiled.lower(x).kernels) == ["amax", "amax", "amin", "amin", "max", "min"]
+    kernels = compiled.lower(x).kernels
+    # (the row max and min share one kernel, one loop each over the row: `fusion.same_reduction`)
+    assert sorted(k.ops[0] for k in kernels) == ["amax", "amax", "amin", "max", "min"]
+    assert ["amax", "amin"] in [k.ops for k in kernels]
     # a zero result has the sign of the zeros where a row holds one kind of zero (torch's choice between
     # -0.0 and 0.0 in a row holding both depends on the row's length)
     signed = np.all(values == 0, axis=1) & (np.all(np.signbit(values), axis=1) | ~np.any(np.signbit(values), axis=1))

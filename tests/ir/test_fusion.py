@@ -13,7 +13,8 @@ from hypothesis import strategies as st
 
 import jitorch as jt
 from jitorch.codegen.lowering import kind_of
-from jitorch.ir.passes.fusion import Group, fuse, reduction_sides, row_reduction
+from jitorch.ir.passes.fusion import (Group, dependent_reductions, fuse, reduction_sides, row_reduction,
+                                      same_reduction)
 from jitorch.jit import trace
 from tests.ir.graphs import graphs
 
@@ -54,12 +55,18 @@ def check_form(g):
             assert all(v.node not in members or kind_of(v.node) == "view" for v in n.input_values())
     space = {n: g.shape for n in g.nodes}
     if g.kind == "reduction":
-        assert kinds.count("reduction") == 1
+        # (several reductions only where they may share a loop, none depending on another)
+        reds = g.reductions
+        assert len(reds) == kinds.count("reduction") >= 1 and reds[0] is g.reduction
+        assert all(same_reduction(reds[0], r) for r in reds[1:]) and not dependent_reductions(reds, g.nodes)
         red = g.reduction
         assert g.shape == red.args[0].type.shape
-        inside, epilogue, rows = reduction_sides(red, g.nodes)
-        assert not (inside & epilogue) and not (rows & (inside | epilogue)) and red not in inside | epilogue | rows
-        space[red] = out_space = red.outputs[0].type.shape
+        inside, epilogue, rows = reduction_sides(reds, g.nodes)
+        assert not (inside & epilogue) and not (rows & (inside | epilogue))
+        assert not set(reds) & (inside | epilogue | rows)
+        out_space = red.outputs[0].type.shape
+        for r in reds:
+            space[r] = out_space
         # siblings (what the reduction does not read) never join a full reduction (its kernel would not split)
         assert np.prod(out_space) > 1 or inside == ancestors(red, members)
         assert not rows or row_reduction(g.shape, out_space)

@@ -75,7 +75,8 @@ PLAN_DAMAGES = {
     "out of range": "it is not a group number below",
     "not integers": "it is not a group number below",
     "two externals": "holds an external call",
-    "two reductions": "holds two reductions",
+    "two reductions over other dims": "holds reductions that cannot share a loop",
+    "a reduction reading another": "has no kernel form",
     "an epilogue over the reduction's input that another reduction reads": "has no kernel form",
     "cycle": "its groups depend on each other in a cycle",
 }
@@ -98,8 +99,13 @@ def test_a_plan_that_breaks_fusions_rules_is_dropped_and_the_graph_fused_anew(da
         bad[0] = str(bad[0])
     elif damage == "two externals":
         bad[products[1]] = bad[products[0]]
-    elif damage == "two reductions":
-        bad[total] = bad[mean]
+    elif damage == "two reductions over other dims":
+        bad[len(ops) - 1 - ops[::-1].index("sum")] = bad[mean]  # (the row mean and the last sum, a full one)
+    elif damage == "a reduction reading another":
+        # the mean and the sum of the squares of x - mean, with the nodes between (session 48: reductions over one
+        # space share a group where neither depends on the other)
+        assert ops[mean + 1:mean + 4] == ["sub", "mul", "sum"]
+        bad[mean + 1] = bad[mean + 2] = bad[total] = bad[mean]
     elif damage == "an epilogue over the reduction's input that another reduction reads":
         # x - mean(x) and its square in the mean's group, as its row epilogue: the square, which the next sum reads,
         # is that sum's prologue (fusion's rule), not a value the mean's kernel writes for it

@@ -89,7 +89,8 @@ def test_a_warm_compile_replays_the_stored_copies_without_searching(tmp_path, se
     assert described(warm_groups) == described(cold_groups) == groups
     (entry,) = tmp_path.rglob("*.jitk")
     payload = json.loads(entry.read_bytes()[HEADER.size + len(entry.stem):])
-    assert len(payload["copies"]) == 106 and payload["nodes"] == 83 and len(payload["groups"]) == len(warm.nodes)
+    # (83 nodes before simplify let pointwise ops read an expand's source: two expands fewer)
+    assert len(payload["copies"]) == 106 and payload["nodes"] == 81 and len(payload["groups"]) == len(warm.nodes)
 
 
 def test_a_warm_compiled_step_has_the_cold_ones_kernels_and_bits(tmp_path, monkeypatch, searches):

@@ -23,6 +23,13 @@ comes from `jitorch.ir.lowerable.kind_of` (the code generator's rule):
   computed in a second pass over each row while the row is in cache, unless
   a reduction outside reads what they write, or a view of it (its prologue
   computes them rather than reading them from memory);
+* reductions over one input space that reduce the same dims to the same
+  output (`same_reduction`: sums, means, maxima and minima with one result,
+  not full reductions) share a group where none depends on another
+  (`dependent_reductions`): a layer norm's backward sums ``g * w`` and
+  ``g * w * xhat`` over each row, and ``g`` and ``g * xhat`` over each
+  column, each pair reading its input once; the epilogue and the row
+  epilogue read all their results;
 * a view of a value from outside the group (or of such a view) folds into the
   group that consumes it as index maths; a view of a value computed in the
   group would need that value in memory, so it starts a later group; a view
@@ -43,8 +50,9 @@ Groups grow by merging, most valuable first: producer and consumer over the
 same space, then reductions with their prologue and epilogue, then any other
 legal producer-consumer pair (broadcast inputs), then siblings over one space
 that read a common value (a pointwise cluster and a reduction over its input
-among them), then pointwise groups of one element that share nothing (an optimizer's step
-counters, one per parameter: a kernel call costs more than their arithmetic). A merge happens when the merged group still has one
+among them, and reductions that may share a group), then pointwise groups of
+one element that share nothing (an optimizer's step counters, one per
+parameter: a kernel call costs more than their arithmetic). A merge happens when the merged group still has one
 kernel form (`_Partition.union_form`) and at most `MAX_GROUP_NODES` nodes, and
 the graph of groups stays acyclic (checked against a topological order of the
 groups kept up to date, so a merge costs time in proportion to the groups
@@ -86,10 +94,18 @@ class Group:
 
     @property
     def reduction(self):
-        """The reduction node of a reduction group, else None."""
+        """The (first) reduction node of a reduction group, else None."""
         if self.kind != "reduction":
             return None
         return next(n for n in self.nodes if kind_of(n) == "reduction")
+
+    @property
+    def reductions(self):
+        """The reduction nodes of a reduction group (several over one space: `same_reduction`), in dataflow
+        order; empty for another group."""
+        if self.kind != "reduction":
+            return []
+        return [n for n in self.nodes if kind_of(n) == "reduction"]
 
     def __str__(self):
         return f"{self.kind}[{', '.join(map(str, self.shape))}]: {', '.join(n.op.name for n in self.nodes)}"
@@ -141,16 +157,20 @@ def _shape(value):
 
 
 def reduction_sides(red, nodes, reads=None, users=None):
-    """(input side, epilogue, row epilogue) of a reduction group: ``nodes`` (with ``red``, its reduction) split
-    by where its kernel evaluates them. The epilogue is what ``red``'s result feeds (through ``nodes``) and the
-    nodes only that needs, computed over the output after the reduction loop; of it, where ``red`` is a row
-    reduction (`row_reduction`), the row epilogue is what holds values over the reduction's input (a value over
-    the output broadcast back over the reduced dims: ``g - exp(out) * s`` after ``s = g.sum(-1, keepdim=True)``),
-    computed in a second pass over each row once its result is known. Every other node (what ``red`` reads, its
-    prologue, and the siblings it does not read) is evaluated at each input element inside the loop. ``reads``:
-    node -> the values it reads (``Node.input_values`` by default); ``users``: value -> the nodes reading it
-    (any: those of ``nodes`` count; by default found among ``nodes``). The walks start from ``red`` and the
-    epilogue, which are few, not from the whole group."""
+    """(input side, epilogue, row epilogue) of a reduction group: ``nodes`` (with ``red``, its reduction, or its
+    reductions, a collection of several over one input space: `same_reduction`) split by where its kernel
+    evaluates them. The epilogue is what the reductions' results feed (through ``nodes``) and the nodes only
+    that needs, computed over the output after the reduction loop; of it, where the reductions are row
+    reductions (`row_reduction`), the row epilogue is what holds values over the reductions' input (a value
+    over the output broadcast back over the reduced dims: ``g - exp(out) * s`` after ``s = g.sum(-1,
+    keepdim=True)``), computed in a second pass over each row once its results are known. Every other node
+    (what the reductions read, their prologue, and the siblings they do not read) is evaluated at each input
+    element inside the loop. ``reads``: node -> the values it reads (``Node.input_values`` by default);
+    ``users``: value -> the nodes reading it (any: those of ``nodes`` count; by default found among
+    ``nodes``). The walks start from the reductions and the epilogue, which are few, not from the whole group.
+    (Where one of several reductions depends on another, the other is in its prologue: `dependent_reductions`
+    says so, and such a group has no kernel form.)"""
+    reds = set(red) if isinstance(red, (list, tuple, set, frozenset)) else {red}
     members = nodes if isinstance(nodes, (set, frozenset)) else set(nodes)
     reads = reads or (lambda n: n.input_values())
     if users is None:
@@ -165,7 +185,7 @@ def reduction_sides(red, nodes, reads=None, users=None):
         while stack:
             for v in reads(stack.pop()):
                 m = v.node
-                if m in members and m not in found and m is not red:
+                if m in members and m not in found and m not in reds:
                     found.add(m)
                     stack.append(m)
         return found
@@ -179,15 +199,68 @@ def reduction_sides(red, nodes, reads=None, users=None):
                         found.add(m)
                         stack.append(m)
         return found
-    prologue = up([red])
-    after = down([red]) - {red}
-    # (the walk up from the epilogue stops at ``red``: what it reads is the prologue)
+    prologue = up(reds)
+    after = down(reds) - reds
+    # (the walk up from the epilogue stops at the reductions: what they read is the prologue)
     epilogue = (after | up(after)) - prologue if after else set()
-    in_space, out_space = _shape(red.args[0]), _shape(red.outputs[0])
+    first = next(iter(reds))
+    in_space, out_space = _shape(first.args[0]), _shape(first.outputs[0])
     rows = set()
     if epilogue and row_reduction(in_space, out_space):
         rows = down([n for n in epilogue if any(_shape(v) == in_space for v in n.outputs)])
-    return members - epilogue - {red}, epilogue - rows, rows
+    return members - epilogue - reds, epilogue - rows, rows
+
+
+def dependent_reductions(reds, nodes, reads=None):
+    """Whether one of the reductions ``reds`` depends on another through ``nodes`` (a layer norm's variance on
+    its mean): they cannot share one loop."""
+    reds = set(reds)
+    if len(reds) < 2:
+        return False
+    members = nodes if isinstance(nodes, (set, frozenset)) else set(nodes)
+    reads = reads or (lambda n: n.input_values())
+    for red in reds:
+        seen, stack = set(), [red]
+        while stack:
+            for v in reads(stack.pop()):
+                m = v.node
+                if m in reds:
+                    return True
+                if m in members and m not in seen:
+                    seen.add(m)
+                    stack.append(m)
+    return False
+
+
+def reduced_dims(red):
+    """(input shape, the reduced dims as a sorted tuple, output shape) of reduction node ``red``."""
+    in_space = _shape(red.args[0])
+    dims = red.args[1] if len(red.args) > 1 and red.op.name not in ("max", "min") else None
+    if isinstance(dims, int):
+        dims = (dims,)
+    rank = max(1, len(in_space))
+    reduced = tuple(sorted({d % rank for d in dims})) if dims else tuple(range(len(in_space)))
+    return in_space, reduced, _shape(red.outputs[0])
+
+
+# The reductions that may share a kernel with others over the same space (`same_reduction`): one result each, no
+# index kept beside it.
+SHARED_LOOP_OPS = ("sum", "mean", "nansum", "amax", "amin", "prod")
+# Whether reductions over one input space and the same dims join one group (`same_reduction`); benchmarks/multiout.py
+# compares the steps built with and without.
+SHARED_REDUCTIONS = True
+
+
+def same_reduction(a, b):
+    """Whether reduction nodes ``a`` and ``b`` may share a kernel: both of `SHARED_LOOP_OPS`, over one input
+    shape, reducing the same dims to the same output shape, which holds more than one element (a full reduction's
+    kernel splits across threads for one result only), and one thread each in a row's or column's loop."""
+    if not SHARED_REDUCTIONS or a.op.name not in SHARED_LOOP_OPS or b.op.name not in SHARED_LOOP_OPS:
+        return False
+    if len(a.outputs) != 1 or len(b.outputs) != 1:
+        return False
+    shape = reduced_dims(a)
+    return shape == reduced_dims(b) and prod(shape[2]) > 1
 
 
 def row_reduction(in_space, out_space):
@@ -261,13 +334,14 @@ class _Cluster:
     between the two clusters rather than to their size (a traced backward's forward cluster has as many
     values needed outside as it has nodes)."""
 
-    __slots__ = ("first", "nodes", "reduction", "external", "pointwise", "gather", "escaping", "reads",
+    __slots__ = ("first", "nodes", "reduction", "reductions", "external", "pointwise", "gather", "escaping", "reads",
                  "view_reads", "gather_reads", "shapes", "space")
 
     def __init__(self, node, kind):
         self.first = node                    # its node of lowest graph order
         self.nodes = {node}
-        self.reduction = node if kind == "reduction" else None
+        self.reduction = node if kind == "reduction" else None  # its first reduction
+        self.reductions = (node,) if kind == "reduction" else ()
         self.external = kind == "external"
         # the broadcast of its pointwise values' shapes (None: no pointwise node, or a reduction group)
         self.pointwise = _shape(node.outputs[0]) if kind == "pointwise" else None
@@ -434,17 +508,21 @@ class _Partition:
             return None
         return pointwise, space
 
-    def reduction_form(self, red, nodes, escaping):
-        """(None, space) of a group with reduction ``red``, or None if it has no kernel form.
+    def reduction_form(self, reds, nodes, escaping):
+        """(None, space) of a group with reductions ``reds`` (one, or several over one space: `same_reduction`),
+        or None if it has no kernel form.
 
-        The input side (`reduction_sides`: what ``red`` depends on and its siblings) runs over the
-        reduction's input, the epilogue over its output after the reduction loop, where input-side values
-        are gone."""
-        pro, _, rows = reduction_sides(red, nodes, self.reads.__getitem__, self.users_of)
+        The input side (`reduction_sides`: what the reductions depend on and their siblings) runs over the
+        reductions' input, the epilogue over their output after the reduction loop, where input-side values
+        are gone. No reduction of several may depend on another (`dependent_reductions`)."""
+        if len(reds) > 1 and dependent_reductions(reds, nodes, self.reads.__getitem__):
+            return None
+        red = reds[0]
+        pro, _, rows = reduction_sides(reds, nodes, self.reads.__getitem__, self.users_of)
         in_space, out_space = _shape(red.args[0]), _shape(red.outputs[0])
         if not self.prologue_outputs and any(v.node in pro for v in escaping):
             return None
-        if (prod(out_space) == 1 or not REDUCTION_SIBLINGS) and pro - self.feeding(red, pro):
+        if (prod(out_space) == 1 or not REDUCTION_SIBLINGS) and pro - self.feeding(reds, pro):
             return None  # (siblings: a full reduction writing them would not split across threads)
         for n in nodes:
             space = in_space if n in pro or n in rows else out_space
@@ -456,7 +534,7 @@ class _Partition:
                         return None  # (better that reduction's prologue: computed there, not written and read)
                 elif self.kind[n] == "pointwise" and not _broadcasts_to(_shape(v), space):
                     return None
-                if n in pro and any(u in nodes and u is not red and u not in pro and u not in rows
+                if n in pro and any(u in nodes and u not in reds and u not in pro and u not in rows
                                     for u in self.users.get(v, ())):
                     return None  # an input-side value read by the epilogue (the row epilogue computes it again)
         return None, in_space
@@ -475,9 +553,9 @@ class _Partition:
                     stack += u.outputs
         return False
 
-    def feeding(self, red, nodes):
-        """The nodes of ``nodes`` that ``red`` depends on (through nodes of ``nodes``)."""
-        found, stack = set(), [red]
+    def feeding(self, reds, nodes):
+        """The nodes of ``nodes`` that the reductions ``reds`` depend on (through nodes of ``nodes``)."""
+        found, stack = set(), list(reds)
         while stack:
             for v in self.reads[stack.pop()]:
                 if v.node in nodes and v.node not in found:
@@ -488,7 +566,9 @@ class _Partition:
     def union_form(self, a, b):
         """The `_Union` of clusters ``a`` and ``b``, or None if the merged group would have no kernel
         form (acyclicity is checked apart)."""
-        if a.external or b.external or (a.reduction is not None and b.reduction is not None):
+        if a.external or b.external:
+            return None
+        if a.reduction is not None and b.reduction is not None and not same_reduction(a.reduction, b.reduction):
             return None
         crossing, internal, in_place = [], [], []
         for x, y in ((a, b), (b, a)):
@@ -506,12 +586,12 @@ class _Partition:
         for v in internal:
             shapes[_shape(v)] -= 1
         shapes = {s: k for s, k in shapes.items() if k}
-        red = a.reduction or b.reduction
-        if red is None:
+        reds = self.ordered(a.reductions + b.reductions)
+        if not reds:
             form = self.pointwise_form(set(shapes), _broadcast(a.pointwise, b.pointwise))
         else:
             escaping = (a.escaping.keys() | b.escaping.keys()) - set(internal)
-            form = self.reduction_form(red, a.nodes | b.nodes, escaping)
+            form = self.reduction_form(reds, a.nodes | b.nodes, escaping)
         if form is None or (in_place and not self.index_maths_folds(in_place, lambda n: n in a.nodes or n in b.nodes)):
             return None
         return _Union(*form, shapes, crossing)
@@ -612,7 +692,8 @@ class _Partition:
             self.owner[n] = keep
         keep.nodes |= gone.nodes
         keep.first = min(keep.first, gone.first, key=self.order.__getitem__)
-        keep.reduction = keep.reduction or gone.reduction
+        keep.reductions = self.ordered(keep.reductions + gone.reductions)
+        keep.reduction = keep.reductions[0] if keep.reductions else None
         self.absorb(keep, gone, form)
         return True
 
@@ -642,6 +723,10 @@ class _Partition:
             return "its groups depend on each other in a cycle"
         return None
 
+    def ordered(self, nodes):
+        """``nodes`` as a tuple in graph order."""
+        return tuple(sorted(nodes, key=self.order.__getitem__))
+
     def same_space(self, a, b):
         """Both clusters pointwise or views over one space."""
         return a.kind in ("pointwise", "view") and b.kind in ("pointwise", "view") and \
@@ -663,7 +748,10 @@ class _Partition:
         return merged
 
     def sibling_space(self, a, b):
-        """Both clusters over one space, pointwise or views, or one of them a reduction over its input."""
+        """Both clusters over one space, pointwise or views, or one of them a reduction over its input, or both
+        reductions that may share a loop (`same_reduction`)."""
+        if a.reduction is not None and b.reduction is not None:
+            return same_reduction(a.reduction, b.reduction)
         if self.one_reduction(a, b):
             other = b if a.reduction is not None else a
             return other.kind == "pointwise" and a.space is not None and a.space == b.space
@@ -711,11 +799,12 @@ class _Partition:
         kinds = [self.kind[n] for n in group]
         if "external" in kinds:
             return "holds an external call"
-        reductions = [n for n, k in zip(group, kinds) if k == "reduction"]
-        if len(reductions) > 1:
-            return "holds two reductions"
+        reductions = tuple(n for n, k in zip(group, kinds) if k == "reduction")
+        if any(not same_reduction(reductions[0], r) for r in reductions[1:]):
+            return "holds reductions that cannot share a loop"
         c = _Cluster(group[0], kinds[0])
-        c.nodes, c.reduction = members, (reductions[0] if reductions else None)
+        c.nodes, c.reductions = members, reductions
+        c.reduction = reductions[0] if reductions else None
         c.gather = any(k in _LEAVES for k in kinds)
         pointwise = None
         for n, kind in zip(group, kinds):
@@ -738,7 +827,7 @@ class _Partition:
             if kind == "pointwise" and pointwise is not False:
                 pointwise = _broadcast(pointwise, _shape(n.outputs[0]))
         if c.reduction is not None:
-            form = self.reduction_form(c.reduction, members, c.escaping.keys())
+            form = self.reduction_form(reductions, members, c.escaping.keys())
         else:
             form = self.pointwise_form(set(c.shapes), pointwise)
         if form is None:
@@ -765,4 +854,5 @@ class _Partition:
         return [self.group(c) for c in order]
 
 
-__all__ = ["Group", "fuse", "fuse_with_plan", "reduction_sides", "row_reduction"]
+__all__ = ["Group", "dependent_reductions", "fuse", "fuse_with_plan", "reduced_dims", "reduction_sides",
+           "row_reduction", "same_reduction"]

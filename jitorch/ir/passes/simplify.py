@@ -10,6 +10,8 @@ NaN, infinities and signed zeros included, and keep the node's type.
     t(t(x)), permute chains undoing themselves -> x
     permute(permute(x, a), b)                -> permute(x, a composed with b)   (any of t, transpose, permute)
     x ** n, n a number                       -> the ops eager computes it by (below)
+    f(expand(x), y), f pointwise             -> f(x, y)   (when x has dims and f's operands still broadcast
+                                                         to its result's shape)
 
 Eager computes a float's power by 2, 3, -1, -2, 0.5 and -0.5 by other ops, as torch's kernel does
 (``x * x * x``, ``1 / (x * x)``, ``sqrt``, ``rsqrt``; see ``ops.pointwise.POW_BY_OTHER_OPS`` for the
@@ -18,6 +20,14 @@ any order (products wrap modulo 2**bits); ``x ** 0`` is ``ones_like(x)``.
 
 A rewrite to ``x`` applies only when ``x`` has the node's type: ``x * 1.0`` on
 an integer ``x`` is a float tensor and stays.
+
+A pointwise op broadcasts its operands itself: an operand that is an ``expand`` (``expand_as``, ``broadcast_to``)
+of ``x`` reads ``x`` instead where the op's result keeps its shape, as the same elements broadcast. A mean's
+backward is an ``expand`` of the incoming gradient over the row; read through the view, the row's value had to
+be in memory (a view in a kernel folds into index maths over a buffer), so a layer norm's backward kept a row
+sum apart from the one beside it (`fusion.same_reduction`); read as ``x`` it is the row's value broadcast, which
+the kernel computing it evaluates at each element. (Not where ``x`` is 0-d: such an operand takes part in type
+promotion as a number does.)
 
 A chain of dim permutations becomes one ``permute`` of the chain's base, and is the base itself where the
 permutations undo each other: a Linear weight's gradient is traced ``t(transpose(dy.t() @ x))`` (the backward
@@ -35,6 +45,7 @@ from numbers import Number
 from ...ops import registry
 from ...ops.pointwise import POW_BY_OTHER_OPS
 from ...runtime import dtypes as _dt
+from ..fake import fake_tensor
 from ..graph import Node, Value
 from .rewrite import Rewriter, graph_pass
 
@@ -166,6 +177,48 @@ for _names, _rule in (("mul", _mul), ("true_divide", _divide), ("add", _add), ("
     registry.attach("simplification", _names, _rule)
 
 
+_BROADCASTS = ("expand", "expand_as", "broadcast_to")
+# Whether a pointwise op reads ``x`` for its operand ``expand(x)`` (`_unbroadcast`); benchmarks/multiout.py compares
+# the steps built with and without.
+BROADCAST_READS = True
+
+
+def _unbroadcast(node):
+    """Make ``node``, a pointwise op, read ``x`` for each operand ``expand(x)`` that its result's shape allows
+    (the module docstring); returns whether it changed an operand."""
+    if not BROADCAST_READS or node.op.kind != "pointwise" or any(is_list for _, is_list in node.op.tensor_args):
+        return False
+    positions = [i for i, _ in node.op.tensor_args if i < len(node.args)]
+    args, changed = list(node.args), False
+    for i in positions:
+        a = args[i]
+        if not isinstance(a, Value) or a.node is None or a.node.op.name not in _BROADCASTS:
+            continue
+        x = a.node.args[0]
+        if not isinstance(x, Value) or not x.type.shape or x.type.dtype != a.type.dtype \
+                or x.type.device != a.type.device:
+            continue
+        trial = args[:i] + [x] + args[i + 1:]
+        if _same_result(node, trial):
+            args, changed = trial, True
+    if changed:
+        node.args = tuple(args)
+    return changed
+
+
+def _same_result(node, args):
+    """Whether ``node``'s op on ``args`` (its operands, one of them replaced) gives the node's result type: its
+    meta (shape, dtype, device), which also says where the op refuses such operands (an error)."""
+    fakes = [fake_tensor(a.type.shape, a.type.dtype, a.type.device) if isinstance(a, Value) else a for a in args]
+    try:
+        spec = registry.quiet_meta(node.op, fakes)
+    except (TypeError, ValueError, RuntimeError, IndexError):
+        return False
+    out = node.outputs[0].type
+    return len(node.outputs) == 1 and not isinstance(spec, tuple) and tuple(spec.shape) == tuple(out.shape) \
+        and spec.dtype == out.dtype and spec.device == out.device
+
+
 def _product_steps(n):
     """``x ** n`` (n >= 2) by squaring and multiplying: steps ``(op, i, j)`` on values numbered from ``x`` (0),
     each step's result the next number."""
@@ -227,6 +280,8 @@ def run(graph):
         rw.update_args(node)
         rule = node.op.pieces.get("simplification")
         replacement = rule(node) if rule is not None else None
+        if replacement is None and _unbroadcast(node):
+            rewrites += 1
         if replacement is not None and rw.replace_node(node, [replacement]):
             rewrites += 1
         elif rule is _pow and _power_by_other_ops(graph, node, nodes.append) or \
