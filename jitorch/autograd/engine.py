@@ -472,6 +472,26 @@ def _save(node, inputs, outs, saves, versions):
             _pack(node, pair, single)
 
 
+def saves_also(result, tensors):
+    """Make the backward of ``result`` (a function jitorch composes of ops, torch's one op) check the
+    version counters of ``tensors`` (as they are now), as torch's node of that op saves them: a write into
+    one of them before the backward raises torch's "modified by an inplace operation" where the composed
+    ops' own nodes saved none of them (leaky_relu's product by a factor the forward chose) and the backward
+    would give the gradient of the forward's values. The node of ``result``'s last op keeps them (and frees
+    them after a backward, as torch's node does); under saved-tensor hooks torch packs them unchecked."""
+    node = getattr(result, "grad_fn", None)
+    if not isinstance(node, Node) or node.packed or node.freed:
+        return
+    if saved_hooks.OPEN[0] and saved_hooks.active() is not None:
+        return
+    kept = [k for k, _ in node.versions]
+    extra = [(t, t._storage._version) for t in tensors
+             if isinstance(t, registry.Tensor) and not any(k is t for k in kept)]
+    if extra:
+        node.versions = list(node.versions) + extra
+        node.saving = True
+
+
 def _pack(node, pair, single):
     """Put the tensors ``node`` saved through ``pair``'s pack hook (torch's saved_tensors_hooks): an input
     keeps its history for the unpacked tensor, an output the node itself; none is version-checked."""

@@ -16,6 +16,7 @@ check node of the graph while tracing, which a compiled call runs at each call.
 from __future__ import annotations
 
 import functools
+import inspect
 import math
 import warnings
 from typing import NamedTuple
@@ -23,6 +24,7 @@ from typing import NamedTuple
 import numpy as np
 
 import jitorch as jt
+from jitorch.autograd.engine import saves_also
 from jitorch.compiler import is_compiling
 from jitorch.ops.attention import attention_fast, fused as _fused_attention
 from jitorch.ops.autocast import autocasts
@@ -68,6 +70,26 @@ __all__ = [
 
 
 # Argument helpers ---------------------------------------------------------------------------------
+
+def _saves(*names):
+    """Decorate a function jitorch composes of ops whose torch op is one node that saves the arguments
+    ``names`` (derivatives.yaml's: leaky_relu's ``self``, mse_loss's ``self`` and ``target``): the result's
+    backward checks their versions (`engine.saves_also`), so a write into one between the forward and the
+    backward raises torch's error rather than giving the gradient of the forward's values. An in-place form
+    (``inplace=True``) saves its result, the written input, at its new version, as torch's ``leaky_relu_``."""
+    def decorate(fn):
+        params = list(inspect.signature(fn).parameters)
+        positions = [(params.index(n), n) for n in names]
+
+        @functools.wraps(fn)
+        def saving(*args, **kwargs):
+            out = fn(*args, **kwargs)
+            if isinstance(out, jt.Tensor) and out._requires_grad:
+                saves_also(out, [args[i] if i < len(args) else kwargs.get(n) for i, n in positions])
+            return out
+        return saving
+    return decorate
+
 
 def _tuple(value, n):
     """An int or a sequence of ints as an n-tuple (torch's ``_ntuple``; a 1-sequence repeats)."""
@@ -1377,6 +1399,7 @@ def _computed_in_float32(norm):
     return in_float32
 
 
+@_saves("input", "weight")
 @_computed_in_float32
 def batch_norm(input, running_mean, running_var, weight=None, bias=None, training=False, momentum=0.1, eps=1e-5):
     """Normalise over every dim but the channel dim 1. In training, batch statistics are used and the
@@ -1410,7 +1433,12 @@ def batch_norm(input, running_mean, running_var, weight=None, bias=None, trainin
                 raise RuntimeError(f"{name} must be defined in evaluation mode")
         mean, var = running_mean, running_var
     out = (input - _channel_view(mean, input.ndim)) * _channel_view((var + eps).rsqrt(), input.ndim)
-    return _channel_affine(out, weight, bias)
+    out = _channel_affine(out, weight, bias)
+    if not training:
+        # torch's node saves the running statistics too; in training its kernel's own update of them bumps no
+        # version (two forwards before one backward are no error), so only evaluation's are checked here
+        saves_also(out, (running_mean, running_var))
+    return out
 
 
 def _batch_norm_of_a_vector(input, running_mean, running_var, weight, bias, training):
@@ -1458,6 +1486,7 @@ def _group_normalize(input, groups, eps):
 
 
 @autocasts("group_norm")
+@_saves("input", "weight")
 @_computed_in_float32
 def group_norm(input, num_groups, weight=None, bias=None, eps=1e-5):
     """Normalise ``(N, C, *)`` input over each sample's ``num_groups`` groups of consecutive channels (biased
@@ -2035,6 +2064,7 @@ def sigmoid(input):
     return input.sigmoid()
 
 
+@_saves("input")
 def leaky_relu(input, negative_slope=0.01, inplace=False):
     """``x`` where positive, ``negative_slope * x`` elsewhere (the slope a Python number, as torch's kernel
     reads it: a float64 input's product is float64's)."""
@@ -2060,6 +2090,7 @@ def logsigmoid(input):
 
 
 @autocasts("softplus")
+@_saves("input")
 def softplus(input, beta=1.0, threshold=20.0):
     """``log(1 + exp(beta x)) / beta``, and ``x`` itself where ``beta x > threshold``."""
     _check_floating(input, "softplus_cpu")
@@ -2078,6 +2109,7 @@ def _result(input, out, inplace):
     return input.copy_(out) if inplace else out
 
 
+@_saves("input")
 def _elu(input, alpha, scale, input_scale, inplace):
     """torch's elu kernel: ``scale x`` where positive, ``scale alpha (exp(input_scale x) - 1)`` elsewhere."""
     _check_floating(input, "elu_cpu")
@@ -2122,6 +2154,7 @@ def selu_(input):
     return selu(input, True)
 
 
+@_saves("input")
 def softshrink(input, lambd=0.5):
     """``x - lambd`` above ``lambd``, ``x + lambd`` below ``-lambd``, 0 between (NaN stays NaN)."""
     _check_floating(input, "softshrink_check")
@@ -2132,6 +2165,7 @@ def softshrink(input, lambd=0.5):
     return jt.where(input.abs() <= lambd, 0.0, input - lambd * input.sign()).to(input.dtype)
 
 
+@_saves("input")
 def hardshrink(input, lambd=0.5):
     """``x`` where ``|x| > lambd``, 0 elsewhere."""
     _check_floating(input, "hardshrink_cpu")
@@ -2177,6 +2211,7 @@ def rrelu_(input, lower=1.0 / 8, upper=1.0 / 3, training=False):
     return rrelu(input, lower, upper, training, True)
 
 
+@_saves("input", "weight")
 def prelu(input, weight):
     """``x`` where positive, ``weight x`` elsewhere; ``weight`` is one slope, or one per channel (dim 1)."""
     if weight.ndim > 1:
@@ -2201,6 +2236,7 @@ def hardtanh_(input, min_val=-1.0, max_val=1.0):
     return hardtanh(input, min_val, max_val, True)
 
 
+@_saves("input")
 def hardtanh(input, min_val=-1.0, max_val=1.0, inplace=False):
     """``x`` clamped to ``[min_val, max_val]``; the gradient is 0 outside the open interval, as torch."""
     if min_val > max_val:
@@ -2218,6 +2254,7 @@ def relu6(input, inplace=False):
     return hardtanh(input, 0.0, 6.0, inplace)
 
 
+@_saves("input")
 def hardsigmoid(input, inplace=False):
     """``relu6(x + 3) / 6``."""
     _check_floating(input, "hardsigmoid_cpu")
@@ -2398,6 +2435,7 @@ def _pointwise_loss(input, target, reduction, weight, elementwise, mean_over_wei
 
 
 @autocasts("mse_loss")
+@_saves("input", "target", "weight")
 def mse_loss(input, target, size_average=None, reduce=None, reduction="mean", weight=None):
     """Squared error ``(x - y)^2``, reduced (a weighted mean divides by ``weight.sum()``)."""
     return _pointwise_loss(input, target, _reduction(size_average, reduce, reduction), weight, jt.square)
@@ -2418,6 +2456,7 @@ def _huber(delta):
 
 
 @autocasts("smooth_l1_loss")
+@_saves("input", "target")
 def smooth_l1_loss(input, target, size_average=None, reduce=None, reduction="mean", beta=1.0):
     """``0.5 d^2 / beta`` where ``|d| < beta``, ``|d| - 0.5 beta`` elsewhere (plain L1 when ``beta`` is 0)."""
     if beta < 0:
@@ -2427,6 +2466,7 @@ def smooth_l1_loss(input, target, size_average=None, reduce=None, reduction="mea
 
 
 @autocasts("huber_loss")
+@_saves("input", "target", "weight")
 def huber_loss(input, target, reduction="mean", delta=1.0, weight=None):
     """``0.5 d^2`` where ``|d| < delta``, ``delta (|d| - 0.5 delta)`` elsewhere; a weighted 'mean' is the
     plain mean of the weighted losses, as torch."""
@@ -2456,6 +2496,8 @@ def kl_div(input, target, size_average=None, reduce=None, reduction="mean", log_
         nonzero = target != 0
         # log of 1 where the target is 0, so that the gradient there stays finite
         loss = jt.where(nonzero, target * (jt.where(nonzero, target, 1.0).log() - input), 0.0)
+        if target._requires_grad:  # (torch's ``target * input`` saves the input for the target's gradient)
+            saves_also(loss, (input,))
     if reduction == "batchmean":
         return loss.sum() / input.shape[0] if input.ndim else loss.sum()
     return _reduce(loss, reduction)
@@ -2524,6 +2566,7 @@ def _class_last(input):
 
 
 @autocasts("nll_loss")
+@_saves("input", "target", "weight")
 def nll_loss(input, target, weight=None, size_average=None, ignore_index=-100, reduce=None, reduction="mean"):
     """``-weight[t] * input[t]`` per target class ``t`` (class dim 1); 'mean' divides by the summed
     weights of the targets that are not ``ignore_index``."""
@@ -2667,6 +2710,7 @@ def binary_cross_entropy(input, target, weight=None, size_average=None, reduce=N
 
 
 @autocasts("binary_cross_entropy_with_logits")
+@_saves("input", "target", "weight", "pos_weight")
 def binary_cross_entropy_with_logits(input, target, weight=None, size_average=None, reduce=None, reduction="mean",
                                      pos_weight=None):
     """``binary_cross_entropy(sigmoid(x), y)`` computed stably from the logits ``x``;

@@ -116,7 +116,8 @@ def _cumsum(g, a, out):
 
 
 defgrad("prod", per_input(self=reads("self", _prod)))
-defgrad("cumprod", per_input(self=reads("self", _cumprod)))
+# (the result is saved unread, as torch's cumprod node saves it: a write into it before the backward raises)
+defgrad("cumprod", per_input(self=reads("self result", _cumprod)))
 defgrad("cumsum", per_input(self=reads("", _cumsum)))
 
 
