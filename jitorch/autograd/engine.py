@@ -492,6 +492,25 @@ def saves_also(result, tensors):
         node.saving = True
 
 
+def version_checked(outputs):
+    """The tensors whose versions the backward from ``outputs`` checks: those the nodes of their history
+    saved (op nodes' and custom functions'), each once."""
+    found, seen, stack = {}, set(), [o.grad_fn for o in outputs if isinstance(o, registry.Tensor)]
+    while stack:
+        node = stack.pop()
+        if node is None or id(node) in seen:
+            continue
+        seen.add(id(node))
+        if isinstance(node, Node):
+            saved = [t for t, _ in node.versions]
+        else:
+            ctx = getattr(node, "ctx", None)
+            saved = [t for t in getattr(ctx, "_saved", None) or () if isinstance(t, registry.Tensor)]
+        found.update((id(t), t) for t in saved)
+        stack.extend(edge for edge, _ in getattr(node, "next_functions", ()))
+    return list(found.values())
+
+
 def _pack(node, pair, single):
     """Put the tensors ``node`` saved through ``pair``'s pack hook (torch's saved_tensors_hooks): an input
     keeps its history for the unpacked tensor, an output the node itself; none is version-checked."""

@@ -1526,6 +1526,7 @@ def instance_norm(input, running_mean=None, running_var=None, weight=None, bias=
 
 
 @autocasts("layer_norm", first=_LAYER_NORM_FAST, arity=5)  # (nn.LayerNorm's call)
+@_saves("input", "weight", "bias")  # (the op's node saves them; a traced call's composition must say so too)
 @_computed_in_float32
 def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):
     """Normalise over the trailing dims ``normalized_shape`` (biased variance), then scale and shift: the op
