@@ -674,24 +674,26 @@ def _vjp_of(fn, args, kwargs, params=(), bases=(), with_outputs=False):
 
 
 def _checked_alone(joint, split, n):
-    """The call's tensors (input positions, captured tensors) that eager's nodes save (`Graph.saved_eagerly`)
-    and ``split``'s backward graph does not read (``n``: how many tensors the call takes): a compiled call
-    checks their versions at its backward, as eager's would, rather than giving the gradient of the forward's
-    values after a write into one."""
+    """The call's tensors (input positions, captured tensors, output positions) that eager's nodes save
+    (`Graph.saved_eagerly`) and ``split``'s backward graph does not read (``n``: how many tensors the call
+    takes): a compiled call checks their versions at its backward, as eager's would, rather than giving the
+    gradient of the forward's values after a write into one."""
     saved = joint.saved_eagerly or ()
     read = {id(t) for t in split.backward.constant_tensors.values()}
     positions = tuple(sorted(k for k in saved if isinstance(k, int) and k < n and k not in split.inputs_read))
     captured = tuple(joint.constant_tensors[k] for k in sorted(k for k in saved if isinstance(k, str))
                      if k in joint.constant_tensors and id(joint.constant_tensors[k]) not in read)
-    return positions, captured
+    outputs = tuple(sorted(k[1] for k in saved if isinstance(k, tuple)))
+    return positions, captured, outputs
 
 
 def _saved_eagerly(tracer, outs, copies):
-    """The input indices and constant names of the call's tensors whose memory the nodes of ``outs``'s
-    traced history saved (``copies``: the inputs the traced call ran on, clones of those that require grad):
-    eager's backward checks their versions, and so must a compiled call's, whatever its backward graph reads
-    (a layer norm's reads the statistics its forward saved, not the input)."""
-    owners = {id(_memory(fake)): key for key, fake in tracer.owner_fakes()}
+    """The input indices and constant names of the call's tensors, and ``("output", k)`` of its outputs, whose
+    memory the nodes of ``outs``'s traced history saved (``copies``: the inputs the traced call ran on, clones of
+    those that require grad): eager's backward checks their versions, and so must a compiled call's, whatever
+    its backward graph reads (a layer norm's reads the statistics its forward saved, not the input)."""
+    owners = {id(_memory(o)): ("output", k) for k, o in enumerate(outs)}
+    owners.update((id(_memory(fake)), key) for key, fake in tracer.owner_fakes())
     owners.update((id(_memory(c)), i) for i, c in enumerate(copies))
     return frozenset(owners[id(_memory(t))] for t in version_checked(outs) if id(_memory(t)) in owners)
 

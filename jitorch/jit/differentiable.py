@@ -75,6 +75,7 @@ class SplitCall(NamedTuple):
     # reads instead): positions among the call's tensors, and captured tensors; their versions are checked alone
     checked: tuple = ()
     checked_captured: tuple = ()
+    checked_outputs: tuple = ()  # positions among the outputs (a cumprod's result, which eager's node saves)
 
 
 def _forward_split(ctx, entry, inputs):
@@ -86,7 +87,8 @@ def _forward_split(ctx, entry, inputs):
     # output the caller may write into)
     captured = [t for t in split.backward.graph.constant_tensors.values() if isinstance(t, Tensor)]
     ctx.save_for_backward(*[inputs[i] for i in split.inputs_read], *captured, *saved,
-                          *[inputs[i] for i in split.checked], *split.checked_captured)
+                          *[inputs[i] for i in split.checked], *split.checked_captured,
+                          *[outs[k] for k in split.checked_outputs])
     ctx.captured = len(captured)
     ctx.needs_grad = [t.requires_grad for t in inputs]
     ctx.unreached = _unreached(entry.graph, len(inputs))
@@ -100,7 +102,7 @@ def _backward_split(ctx, grads):
     split = ctx.entry.split
     saved = ctx.saved_tensors
     k = len(split.inputs_read)
-    end = len(saved) - len(split.checked) - len(split.checked_captured)
+    end = len(saved) - len(split.checked) - len(split.checked_captured) - len(split.checked_outputs)
     args = [t.contiguous() for t in saved[:k]] + list(saved[k + ctx.captured:end]) + [g.contiguous() for g in grads]
     gradients = split.backward.run(args)
     if is_grad_enabled():  # (backward(create_graph=True)): the graph computed the gradients without history

@@ -71,20 +71,24 @@ __all__ = [
 
 # Argument helpers ---------------------------------------------------------------------------------
 
-def _saves(*names):
+def _saves(*names, in_place=True):
     """Decorate a function jitorch composes of ops whose torch op is one node that saves the arguments
     ``names`` (derivatives.yaml's: leaky_relu's ``self``, mse_loss's ``self`` and ``target``): the result's
     backward checks their versions (`engine.saves_also`), so a write into one between the forward and the
     backward raises torch's error rather than giving the gradient of the forward's values. An in-place form
-    (``inplace=True``) saves its result, the written input, at its new version, as torch's ``leaky_relu_``."""
+    (``inplace=True``) saves its result, the written input, at its new version, as torch's ``leaky_relu_``;
+    or, ``in_place=False``, nothing it checks (torch's ``hardtanh_`` saves a copy of the input before the write,
+    as the composition's in-place node does)."""
     def decorate(fn):
         params = list(inspect.signature(fn).parameters)
         positions = [(params.index(n), n) for n in names]
+        flag = params.index("inplace") if not in_place else None
 
         @functools.wraps(fn)
         def saving(*args, **kwargs):
             out = fn(*args, **kwargs)
-            if isinstance(out, jt.Tensor) and out._requires_grad:
+            if isinstance(out, jt.Tensor) and out._requires_grad and not (
+                    flag is not None and (args[flag] if flag < len(args) else kwargs.get("inplace"))):
                 saves_also(out, [args[i] if i < len(args) else kwargs.get(n) for i, n in positions])
             return out
         return saving
@@ -1504,6 +1508,7 @@ def group_norm(input, num_groups, weight=None, bias=None, eps=1e-5):
     return _channel_affine(_group_normalize(input, num_groups, eps)[0], weight, bias)
 
 
+@_saves("input")
 @_computed_in_float32
 def instance_norm(input, running_mean=None, running_var=None, weight=None, bias=None, use_input_stats=True,
                   momentum=0.1, eps=1e-5):
@@ -2237,7 +2242,7 @@ def hardtanh_(input, min_val=-1.0, max_val=1.0):
     return hardtanh(input, min_val, max_val, True)
 
 
-@_saves("input")
+@_saves("input", in_place=False)
 def hardtanh(input, min_val=-1.0, max_val=1.0, inplace=False):
     """``x`` clamped to ``[min_val, max_val]``; the gradient is 0 outside the open interval, as torch."""
     if min_val > max_val:
@@ -2255,7 +2260,7 @@ def relu6(input, inplace=False):
     return hardtanh(input, 0.0, 6.0, inplace)
 
 
-@_saves("input")
+@_saves("input", in_place=False)
 def hardsigmoid(input, inplace=False):
     """``relu6(x + 3) / 6``."""
     _check_floating(input, "hardsigmoid_cpu")
