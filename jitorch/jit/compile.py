@@ -660,11 +660,14 @@ def _vjp_of(fn, args, kwargs, params=(), bases=(), with_outputs=False):
             call_args, call_kwargs = tree_unflatten([next(it) if t else o for t, o in zip(is_tensor, others)], spec)
             with _autocast_restored(autocast):
                 result = fn(*call_args, **call_kwargs)
-            leaves = eager_bases(tree_flatten(result)[0], bases)
+            returned = tree_flatten(result)[0]
+            leaves = eager_bases(returned, bases)
             outs = [o for o in leaves if isinstance(o, Tensor)]
             tracer = current_tracer()
             if tracer is not None:
-                tracer.graph.saved_eagerly = _saved_eagerly(tracer, outs, copies)
+                # (from the returned tensors too: a view's node, after its base's, may check what it saved)
+                tracer.graph.saved_eagerly = _saved_eagerly(
+                    tracer, outs, copies, outs + [o for o in returned if isinstance(o, Tensor)])
             wanted = [t for t in inputs if t.requires_grad] + list(params)
             pairs = [(o, g) for o, g in zip(outs, grads) if o.requires_grad]
             grads = grad([o for o, _ in pairs], wanted, grad_outputs=[g for _, g in pairs], allow_unused=True,
@@ -687,15 +690,16 @@ def _checked_alone(joint, split, n):
     return positions, captured, outputs
 
 
-def _saved_eagerly(tracer, outs, copies):
-    """The input indices and constant names of the call's tensors, and ``("output", k)`` of its outputs, whose
-    memory the nodes of ``outs``'s traced history saved (``copies``: the inputs the traced call ran on, clones of
-    those that require grad): eager's backward checks their versions, and so must a compiled call's, whatever
-    its backward graph reads (a layer norm's reads the statistics its forward saved, not the input)."""
+def _saved_eagerly(tracer, outs, copies, ends):
+    """The input indices and constant names of the call's tensors, and ``("output", k)`` of its outputs
+    ``outs``, whose memory the nodes of the traced history of ``ends`` (``outs``, and the tensors the call
+    returns) saved (``copies``: the inputs the traced call ran on, clones of those that require grad): eager's
+    backward checks their versions, and so must a compiled call's, whatever its backward graph reads (a layer
+    norm's reads the statistics its forward saved, not the input)."""
     owners = {id(_memory(o)): ("output", k) for k, o in enumerate(outs)}
     owners.update((id(_memory(fake)), key) for key, fake in tracer.owner_fakes())
     owners.update((id(_memory(c)), i) for i, c in enumerate(copies))
-    return frozenset(owners[id(_memory(t))] for t in version_checked(outs) if id(_memory(t)) in owners)
+    return frozenset(owners[id(_memory(t))] for t in version_checked(ends) if id(_memory(t)) in owners)
 
 
 def _memory(t):

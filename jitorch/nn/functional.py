@@ -16,7 +16,6 @@ check node of the graph while tracing, which a compiled call runs at each call.
 from __future__ import annotations
 
 import functools
-import inspect
 import math
 import warnings
 from typing import NamedTuple
@@ -24,7 +23,7 @@ from typing import NamedTuple
 import numpy as np
 
 import jitorch as jt
-from jitorch.autograd.engine import saves_also
+from jitorch.autograd.engine import saves_also, saving as _saves
 from jitorch.compiler import is_compiling
 from jitorch.ops.attention import attention_fast, fused as _fused_attention
 from jitorch.ops.autocast import autocasts
@@ -70,30 +69,6 @@ __all__ = [
 
 
 # Argument helpers ---------------------------------------------------------------------------------
-
-def _saves(*names, in_place=True):
-    """Decorate a function jitorch composes of ops whose torch op is one node that saves the arguments
-    ``names`` (derivatives.yaml's: leaky_relu's ``self``, mse_loss's ``self`` and ``target``): the result's
-    backward checks their versions (`engine.saves_also`), so a write into one between the forward and the
-    backward raises torch's error rather than giving the gradient of the forward's values. An in-place form
-    (``inplace=True``) saves its result, the written input, at its new version, as torch's ``leaky_relu_``;
-    or, ``in_place=False``, nothing it checks (torch's ``hardtanh_`` saves a copy of the input before the write,
-    as the composition's in-place node does)."""
-    def decorate(fn):
-        params = list(inspect.signature(fn).parameters)
-        positions = [(params.index(n), n) for n in names]
-        flag = params.index("inplace") if not in_place else None
-
-        @functools.wraps(fn)
-        def saving(*args, **kwargs):
-            out = fn(*args, **kwargs)
-            if isinstance(out, jt.Tensor) and out._requires_grad and not (
-                    flag is not None and (args[flag] if flag < len(args) else kwargs.get("inplace"))):
-                saves_also(out, [args[i] if i < len(args) else kwargs.get(n) for i, n in positions])
-            return out
-        return saving
-    return decorate
-
 
 def _tuple(value, n):
     """An int or a sequence of ints as an n-tuple (torch's ``_ntuple``; a 1-sequence repeats)."""
@@ -276,6 +251,8 @@ def pad(input, pad, mode="constant", value=None):
     x = input
     for dim, left, right, _ in _padded_dims(input, pad, k):
         x = _index_pad(x, dim, left, right, mode)
+    if mode != "circular":  # (torch's reflection and replication pads are one node that saves the input)
+        saves_also(x, (input,))
     return x
 
 
@@ -411,6 +388,7 @@ def _conv_steps(weight, stride, dilation, nd):
     return stride, dilation
 
 
+@_saves("input", "weight")
 def _conv(input, weight, bias, stride, padding, dilation, groups, nd):
     name = f"conv{nd}d"
     _check_conv(input, weight, bias, groups, nd, name)
@@ -465,6 +443,7 @@ def _as_2d_at_least(values, fill):
     return (fill, *values) if len(values) == 1 else tuple(values)
 
 
+@_saves("input", "weight")
 def _conv_transpose(input, weight, bias, stride, padding, output_padding, groups, dilation, nd):
     """The gradient of ``conv{nd}d`` with respect to its input, as a layer.
 
@@ -723,6 +702,7 @@ class _MaxPool(jt.autograd.Function):
         return jt.Tensor._fresh(grad, g.dtype), None
 
 
+@_saves("input")
 def _max_pool(input, nd, kernel_size, stride, padding, dilation, ceil_mode, return_indices):
     geo = _Pool(input, f"max_pool{nd}d", nd, kernel_size, stride, padding, dilation, ceil_mode)
     if not return_indices and _tiling_pool(input, geo):
@@ -796,6 +776,7 @@ def _avg_divisor(geo, count_include_pad):
     return divisor
 
 
+@_saves("input")
 def _avg_pool(input, nd, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override):
     geo = _Pool(input, f"avg_pool{nd}d", nd, kernel_size, stride, padding, 1, ceil_mode)
     if divisor_override is not None and divisor_override == 0:
@@ -859,6 +840,7 @@ def _check_output_size_dims(input, output_size, nd):
         raise ValueError(f"Input dimension should be at least {len(output_size) + 1}")
 
 
+@_saves("input")
 def _adaptive_avg_pool(input, output_size, nd, name):
     _check_output_size_dims(input, output_size, nd)
     if input.ndim not in (nd + 1, nd + 2):
@@ -908,6 +890,7 @@ def _adaptive_windows(size, out):
     return table
 
 
+@_saves("input")
 def _adaptive_max_pool(input, output_size, return_indices, nd):
     name = f"adaptive_max_pool{nd}d"
     _check_output_size_dims(input, output_size, nd)
@@ -2189,6 +2172,7 @@ def _threshold(input, bound, value, inplace):
     return _result(input, jt.where(input <= bound, value, input).to(input.dtype), inplace)
 
 
+@_saves("input", in_place=False)
 def threshold(input, threshold, value, inplace=False):
     """``x`` where ``x > threshold``, ``value`` elsewhere."""
     return _threshold(input, threshold, value, inplace)
@@ -2321,6 +2305,7 @@ def pairwise_distance(x1, x2, p=2.0, eps=1e-6, keepdim=False):
 
 
 
+@_saves("input")
 def pdist(input, p=2.0):
     """The ``p``-norm distances between the rows of ``(N, M)`` input, for each pair ``i < j`` in row-major
     order: ``N (N - 1) / 2`` values."""
@@ -2766,6 +2751,7 @@ def hinge_embedding_loss(input, target, margin=1.0, size_average=None, reduce=No
 
 
 @autocasts("soft_margin_loss")
+@_saves("input", "target")
 def soft_margin_loss(input, target, size_average=None, reduce=None, reduction="mean"):
     """Two-class logistic loss ``log(1 + exp(-y x))``, computed as ``-logsigmoid(y x)`` so it cannot overflow."""
     reduction = _reduction(size_average, reduce, reduction)
@@ -2882,6 +2868,7 @@ def _check_multi_margin(input, target, weight):
 
 
 @autocasts("multi_margin_loss")
+@_saves("input", "target", "weight")
 def multi_margin_loss(input, target, p=1, margin=1.0, weight=None, size_average=None, reduce=None,
                       reduction="mean"):
     """Multi-class hinge loss: per sample with class ``y``, ``sum_{i != y} w[y] max(0, margin - x[y] + x[i])^p``
