@@ -20,13 +20,15 @@ import torch
 import jitorch as jt
 
 S = (2, 6)
+S4 = (1, 2, 4, 4)
 
 
 def _f(T):
     return T.nn.functional
 
 
-# name -> (call(T, *tensors), argument specs: a shape, or (shape, kind): "p" positive, "u" in (0, 1), "i" classes)
+# name -> (call(T, *tensors), argument specs: a shape, or (shape, kind): "p" positive, "u" in (0, 1), "i" classes,
+# "s" signs)
 CASES = {
     "relu": (lambda T, x: _f(T).relu(x), [S]),
     "leaky_relu": (lambda T, x: _f(T).leaky_relu(x, 0.1), [S]),
@@ -79,6 +81,29 @@ CASES = {
     "scaled_dot_product_attention": (lambda T, q, k, v: _f(T).scaled_dot_product_attention(q, k, v),
                                      [(1, 2, 3, 4), (1, 2, 3, 4), (1, 2, 3, 4)]),
     "embedding": (lambda T, i, w: _f(T).embedding(i, w), [((3,), "i"), (4, 5)]),
+    "threshold": (lambda T, x: _f(T).threshold(x, 0.1, 0.0), [S]),
+    "threshold_inplace": (lambda T, x: _f(T).threshold(x, 0.1, 0.0, inplace=True), [S]),
+    "soft_margin_loss": (lambda T, x, y: _f(T).soft_margin_loss(x, y), [S, (S, "s")]),
+    "multi_margin_loss": (lambda T, x, t: _f(T).multi_margin_loss(x, t), [S, ((2,), "i")]),
+    "reflection_pad": (lambda T, x: _f(T).pad(x, (1, 1), mode="reflect"), [(1, 2, 4)]),
+    "replication_pad": (lambda T, x: _f(T).pad(x, (1, 1), mode="replicate"), [(1, 2, 4)]),
+    "circular_pad": (lambda T, x: _f(T).pad(x, (1, 1), mode="circular"), [(1, 2, 4)]),
+    "max_pool1d": (lambda T, x: _f(T).max_pool1d(x, 2), [(1, 2, 6)]),
+    "max_pool2d": (lambda T, x: _f(T).max_pool2d(x, 2), [S4]),
+    "avg_pool1d": (lambda T, x: _f(T).avg_pool1d(x, 2), [(1, 2, 6)]),
+    "avg_pool2d": (lambda T, x: _f(T).avg_pool2d(x, 2), [S4]),
+    "adaptive_avg_pool2d": (lambda T, x: _f(T).adaptive_avg_pool2d(x, 2), [S4]),
+    "adaptive_max_pool2d": (lambda T, x: _f(T).adaptive_max_pool2d(x, 2), [S4]),
+    "conv1d": (lambda T, x, w: _f(T).conv1d(x, w), [(1, 2, 5), (3, 2, 2)]),
+    "conv2d": (lambda T, x, w, b: _f(T).conv2d(x, w, b), [S4, (3, 2, 2, 2), (3,)]),
+    "conv_transpose2d": (lambda T, x, w: _f(T).conv_transpose2d(x, w), [S4, (2, 3, 2, 2)]),
+    "grid_sample": (lambda T, x, g: _f(T).grid_sample(x, g, align_corners=False), [S4, (1, 3, 3, 2)]),
+    "pdist": (lambda T, x: _f(T).pdist(x), [(3, 4)]),
+    "prod": (lambda T, x: x.prod(-1), [S]),
+    "gather": (lambda T, x, i: x.gather(1, i), [S, ((2, 2), "i")]),
+    "addcmul": (lambda T, a, b, c: T.addcmul(a, b, c), [S, S, S]),
+    "addcdiv": (lambda T, a, b, c: T.addcdiv(a, b, c), [S, S, (S, "p")]),
+    "dist": (lambda T, x, y: T.dist(x, y), [S, S]),
     "exp": (lambda T, x: T.exp(x), [S]),
     "log": (lambda T, x: T.log(x), [(S, "p")]),
     "sin": (lambda T, x: T.sin(x), [S]),
@@ -119,6 +144,12 @@ EAGER_OPEN = {
     # repeated copy, not the weight; jitorch's product by the weight saves the weight
     "instance_norm_affine-all-arg1": "torch saves a repeated copy of the weight",
     "instance_norm_affine-first-arg1": "torch saves a repeated copy of the weight",
+    # torch's codegen saves a tensor that two formulas read whatever wants a gradient (addcdiv's tensor2), and one
+    # that one formula reads only where its argument wants one: jitorch's per-argument rules save by the latter
+    "addcdiv-first-arg2": "torch's addcdiv saves tensor2 for self's gradient too",
+    # torch's dist is one node saving both operands and its result; jitorch's composition saves their difference
+    **{f"dist-{which}-arg{i}": "torch's dist node saves its operands" for which in ("all", "first", "rest")
+       for i in (0, 1)},
 }
 # A compiled backward that reads the output its forward returned (div's gradient from the quotient) raises where
 # eager's, whose nodes saved the operands, does not: stricter, never silently wrong.
@@ -130,12 +161,17 @@ COMPILED_OPEN = {
 }
 
 
+def _kinds(specs):
+    return [(spec if len(spec) == 2 and isinstance(spec[1], str) else (spec, "n")) for spec in specs]
+
+
 def _values(name, specs):
     rng = np.random.default_rng(zlib.crc32(name.encode()))
     out = []
-    for spec in specs:
-        shape, kind = spec if len(spec) == 2 and isinstance(spec[1], str) else (spec, "n")
-        if kind == "p":
+    for shape, kind in _kinds(specs):
+        if kind == "s":  # (signs: a margin loss's target)
+            out.append(np.where(rng.standard_normal(shape) > 0, 1.0, -1.0).astype(np.float32))
+        elif kind == "p":
             out.append(np.abs(rng.standard_normal(shape)).astype(np.float32) + 0.5)
         elif kind == "u":
             out.append(rng.uniform(0.1, 0.9, shape).astype(np.float32))
@@ -146,12 +182,13 @@ def _values(name, specs):
     return out
 
 
-def _grad_sets(values):
-    """Which arguments require grad: all floating ones, the first alone, the others alone (where each differs)."""
-    floating = [v.dtype == np.float32 for v in values]
+def _grad_sets(specs):
+    """Which arguments require grad: all floating ones (not class indices nor the signs torch refuses a gradient
+    for), the first alone, the others alone (where each differs)."""
+    floating = [kind not in ("i", "s") for _, kind in _kinds(specs)]
     sets = {"all": floating}
-    if len(values) > 1:
-        sets["first"] = [floating[0]] + [False] * (len(values) - 1)
+    if len(specs) > 1:
+        sets["first"] = [floating[0]] + [False] * (len(specs) - 1)
         sets["rest"] = [False] + floating[1:]
     return {k: g for k, g in sets.items() if any(g)}
 
@@ -159,9 +196,8 @@ def _grad_sets(values):
 def _params():
     params = []
     for name, (_, specs) in CASES.items():
-        values = _values(name, specs)
-        for which in _grad_sets(values):
-            for write in [f"arg{i}" for i in range(len(values))] + ["result"]:
+        for which in _grad_sets(specs):
+            for write in [f"arg{i}" for i in range(len(specs))] + ["result"]:
                 params.append((name, which, write))
     return params
 
@@ -178,7 +214,7 @@ def _outcome(T, call, name, which, write):
     """("raise",) where the backward raises torch's modified-by-an-inplace-operation error, else ("ok", the
     leaves' gradients); the exception's type and message for any other error."""
     values = _values(name, CASES[name][1])
-    wants = _grad_sets(values)[which]
+    wants = _grad_sets(CASES[name][1])[which]
     leaves = [T.tensor(v, requires_grad=bool(w)) for v, w in zip(values, wants)]
     tensors = [t.clone() if t.requires_grad else t for t in leaves]
     y = call(T, *tensors)
