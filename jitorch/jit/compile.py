@@ -698,6 +698,9 @@ def _saved_eagerly(tracer, outs, copies, ends):
     norm's reads the statistics its forward saved, not the input)."""
     owners = {id(_memory(o)): ("output", k) for k, o in enumerate(outs)}
     owners.update((id(_memory(fake)), key) for key, fake in tracer.owner_fakes())
+    # a captured tensor saved as the library code passed it (`saves_also` of a module's weight) is the real one
+    constants = tracer.graph.constant_tensors
+    owners.update((id(_memory(t)), name) for name, t in constants.items() if isinstance(t, Tensor))
     owners.update((id(_memory(c)), i) for i, c in enumerate(copies))
     return frozenset(owners[id(_memory(t))] for t in version_checked(ends) if id(_memory(t)) in owners)
 

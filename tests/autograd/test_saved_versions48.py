@@ -292,3 +292,25 @@ def test_a_backward_through_a_composed_activation_frees_its_input_then_refuses_a
         y.sum().backward()
         with pytest.raises(RuntimeError, match="backward through the graph a second time"):
             y.sum().backward()
+
+
+def test_a_compiled_layer_norm_raises_where_eager_does_after_its_weight_is_written_seed_9067():
+    """Fuzz seed 9067 of ``--models`` (minimised: a compiled layer norm of an input that wants no gradient, its
+    weight written through a view between the forward and the backward): eager's and torch's layer norm node saves
+    the weight and raises; the compiled call's backward graph, which needs no input gradient, reads no weight, and
+    the trace's record of what eager saved held the module's own weight (the real tensor the library code passed),
+    which it matched against the lifted copies alone: no check, and the gradient of the forward's weight."""
+    from tests.fuzz.models import check_model, generate_model
+
+    layer = jt.nn.LayerNorm(5)
+    x = jt.tensor(_values("ln", [(3, 5)])[0])
+    for run in (layer, jt.compile(layer)):
+        with warnings.catch_warnings(), pytest.raises(RuntimeError, match="modified by an inplace operation"):
+            warnings.simplefilter("ignore")
+            y = run(x)
+            with jt.no_grad():
+                layer.weight[0].add_(0.25)
+            (y * 1.5).sum().backward()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert not check_model(generate_model(9067)).mismatches
