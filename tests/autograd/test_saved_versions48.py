@@ -18,6 +18,7 @@ import pytest
 import torch
 
 import jitorch as jt
+from tests.fuzz.models import check_model, generate_model
 
 S = (2, 6)
 S4 = (1, 2, 4, 4)
@@ -300,8 +301,6 @@ def test_a_compiled_layer_norm_raises_where_eager_does_after_its_weight_is_writt
     the weight and raises; the compiled call's backward graph, which needs no input gradient, reads no weight, and
     the trace's record of what eager saved held the module's own weight (the real tensor the library code passed),
     which it matched against the lifted copies alone: no check, and the gradient of the forward's weight."""
-    from tests.fuzz.models import check_model, generate_model
-
     layer = jt.nn.LayerNorm(5)
     x = jt.tensor(_values("ln", [(3, 5)])[0])
     for run in (layer, jt.compile(layer)):
