@@ -16,6 +16,8 @@ the nodes on a path to what it captures.
 
 from __future__ import annotations
 
+import functools
+import inspect
 import sys
 from weakref import ref as _weakref
 from collections import OrderedDict
@@ -472,6 +474,86 @@ def _save(node, inputs, outs, saves, versions):
             _pack(node, pair, single)
 
 
+def saves_also(result, tensors):
+    """Make the backward of ``result`` (a function jitorch composes of ops, torch's one op) check the
+    version counters of ``tensors`` (as they are now), as torch's node of that op saves them: a write into
+    one of them before the backward raises torch's "modified by an inplace operation" where the composed
+    ops' own nodes saved none of them (leaky_relu's product by a factor the forward chose) and the backward
+    would give the gradient of the forward's values. The node of ``result``'s last op (or custom function)
+    keeps them, and frees them after a backward, as torch's node does; under saved-tensor hooks torch packs
+    them unchecked."""
+    node = getattr(result, "grad_fn", None)
+    if node is None or node.freed or saved_hooks.OPEN[0] and saved_hooks.active() is not None:
+        return
+    if isinstance(node, Node):
+        if node.packed:
+            return
+        kept = [k for k, _ in node.versions]
+    elif hasattr(node, "also_checked"):  # a custom function's node (`function.FunctionNode`)
+        kept = [k for k, _ in node.also_checked]
+    else:
+        return
+    extra = [(t, t._storage._version) for t in tensors
+             if isinstance(t, registry.Tensor) and not any(k is t for k in kept)]
+    if not extra:
+        return
+    if isinstance(node, Node):
+        node.versions = list(node.versions) + extra
+        node.saving = True
+    else:
+        node.also_checked = (*node.also_checked, *extra)
+
+
+def saving(*names, in_place=True):
+    """Decorate a function that composes of ops a torch op whose one node saves the arguments ``names``
+    (derivatives.yaml's: leaky_relu's ``self``, mse_loss's ``self`` and ``target``): its tensor result's
+    backward checks their versions (`saves_also`). An in-place form (an ``inplace=True`` argument) saves its
+    result, the written input, at its new version, as torch's ``leaky_relu_``; or, with ``in_place=False``,
+    nothing (torch's ``hardtanh_`` saves a copy of its input from before the write, as the composition's
+    in-place node does)."""
+    def decorate(fn):
+        params = list(inspect.signature(fn).parameters)
+        positions = [(params.index(n), n) for n in names]
+        flag = None if in_place else params.index("inplace")
+
+        @functools.wraps(fn)
+        def saving_call(*args, **kwargs):
+            out = fn(*args, **kwargs)
+            if isinstance(out, registry.Tensor) and out._requires_grad and not (
+                    flag is not None and (args[flag] if flag < len(args) else kwargs.get("inplace"))):
+                saves_also(out, [args[i] if i < len(args) else kwargs.get(n) for i, n in positions])
+            return out
+        return saving_call
+    return decorate
+
+
+def check_also_saved(node, pairs):
+    """Raise torch's error where a tensor of ``pairs`` (tensor, version: `saves_also`'s) was written since."""
+    for t, version in pairs:
+        if t._storage._version != version:
+            raise RuntimeError(_modified_message(node, t, version))
+
+
+def version_checked(outputs):
+    """The tensors whose versions the backward from ``outputs`` checks: those the nodes of their history
+    saved (op nodes' and custom functions'), each once."""
+    found, seen, stack = {}, set(), [o.grad_fn for o in outputs if isinstance(o, registry.Tensor)]
+    while stack:
+        node = stack.pop()
+        if node is None or id(node) in seen:
+            continue
+        seen.add(id(node))
+        if isinstance(node, Node):
+            saved = [t for t, _ in node.versions]
+        else:
+            ctx = getattr(node, "ctx", None)
+            saved = [t for t in getattr(ctx, "_saved", None) or () if isinstance(t, registry.Tensor)]
+            saved += [t for t, _ in getattr(node, "also_checked", ())]
+        found.update((id(t), t) for t in saved)
+        stack.extend(edge for edge, _ in getattr(node, "next_functions", ()))
+    return list(found.values())
+
+
 def _pack(node, pair, single):
     """Put the tensors ``node`` saved through ``pair``'s pack hook (torch's saved_tensors_hooks): an input
     keeps its history for the unpacked tensor, an output the node itself; none is version-checked."""
@@ -802,7 +884,8 @@ def _call_rule(node, grads, create_graph):
 def _modified_message(node, t, version):
     """torch's error for a saved tensor written in place since: it names the tensor's creator
     (the node itself for a saved output), none for a leaf."""
-    outs = node.out if isinstance(node.out, tuple) else (node.out,)
+    out = getattr(node, "out", None)  # (a custom function's node keeps no outputs: ``t`` is none of them)
+    outs = out if isinstance(out, tuple) else (out,)
     mine = [k for k, o in enumerate(outs) if o is t]
     creator, nr = (node, mine[0]) if mine else (t.grad_fn, getattr(t, "_output_nr", 0))
     made = ""

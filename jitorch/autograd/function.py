@@ -7,7 +7,7 @@ from typing import NamedTuple
 
 from ..ops import registry
 from . import saved_hooks
-from .engine import CUSTOM_FUNCTION_VIEW, NodeHooks, gradient_edge, saved_edge, sum_to
+from .engine import CUSTOM_FUNCTION_VIEW, NodeHooks, check_also_saved, gradient_edge, saved_edge, sum_to
 from ..runtime.grad_mode import enable_grad, is_grad_enabled, no_grad
 
 
@@ -86,6 +86,7 @@ class FunctionNode(NodeHooks):
         self.pre_hooks = None
         self.post_hooks = None
         self.freed = False
+        self.also_checked = ()  # (tensor, version) of what torch's node of the op saves too (`engine.saves_also`)
 
     def name(self):
         return f"{self.cls.__name__}Backward"
@@ -95,6 +96,8 @@ class FunctionNode(NodeHooks):
         return len(self.outputs)
 
     def apply(self, grads, create_graph):
+        if self.also_checked:
+            check_also_saved(self, self.also_checked)
         gs = []
         for k, o in enumerate(self.outputs):
             g = grads.get(k)
@@ -117,6 +120,7 @@ class FunctionNode(NodeHooks):
         self.freed = True
         if self.ctx._saved:
             self.ctx._saved = None
+        self.also_checked = ()
 
 
 class Function:

@@ -95,6 +95,10 @@ class Graph:
         # grad; the input indices and constant names a backward from the outputs reaches
         self.output_requires_grad = None
         self.gradient_reaches = None
+        # set by a traced vector-Jacobian product (`compile._vjp_of`): the input indices, constant names and
+        # ("output", k) of the call's tensors that eager's nodes save (their versions checked at the backward), or
+        # None: not known
+        self.saved_eagerly = None
         # set by the tracer: the captured tensors as traced, by constant name (None: `constant_tensors`); a pass
         # may fold a read of one away (``fill(c, -1)``), yet eager's backward still reaches it with zeros
         self.traced_constants = None

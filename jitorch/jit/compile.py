@@ -29,12 +29,13 @@ from ..ir.graph import Value
 from ..runtime.pytree import tree_flatten, tree_unflatten
 from ..runtime import logs
 from ..autograd import saved_hooks as _saved_hooks
+from ..autograd.engine import version_checked
 from .differentiable import outputs_read_overwritten
 from .errors import StateWriteError, TraceError
 from .fingerprint import graph_fingerprint, transplant
 from .output_bases import base_groups, eager_bases, return_bases
 from .results import captured_parameters, python_guards_hold, returned_aliases, run_graph
-from .tracer import trace_with_inputs
+from .tracer import current_tracer, trace_with_inputs
 
 
 class config:
@@ -417,7 +418,7 @@ class CompiledFunction:
                  split.forward, split.backward)
         forward, backward = CompiledGraph(split.forward, kernel_cache()), CompiledGraph(split.backward, kernel_cache())
         forward.label, backward.label = f"{self.name} (forward)", f"{self.name} (backward)"
-        return SplitCall(forward, backward, split.inputs_read, split.saved)
+        return SplitCall(forward, backward, split.inputs_read, split.saved, *_checked_alone(joint, split, len(inputs)))
 
     def _run_interpreted(self, entry, inputs):
         return run_graph(entry.graph, tuple(inputs), {}, None)
@@ -654,18 +655,59 @@ def _vjp_of(fn, args, kwargs, params=(), bases=(), with_outputs=False):
         with enable_grad():
             # fn runs on copies, as the call's tensors need not be leaves: an in-place view op that left an
             # input's geometry as it was (``x.t_()`` of a 1-d ``x``) raised on a leaf that requires grad
-            it = iter([t.clone() if t.requires_grad else t for t in inputs])
+            copies = [t.clone() if t.requires_grad else t for t in inputs]
+            it = iter(copies)
             call_args, call_kwargs = tree_unflatten([next(it) if t else o for t, o in zip(is_tensor, others)], spec)
             with _autocast_restored(autocast):
                 result = fn(*call_args, **call_kwargs)
-            leaves = eager_bases(tree_flatten(result)[0], bases)
+            returned = tree_flatten(result)[0]
+            leaves = eager_bases(returned, bases)
             outs = [o for o in leaves if isinstance(o, Tensor)]
+            tracer = current_tracer()
+            if tracer is not None:
+                # (from the returned tensors too: a view's node, after its base's, may check what it saved)
+                tracer.graph.saved_eagerly = _saved_eagerly(
+                    tracer, outs, copies, outs + [o for o in returned if isinstance(o, Tensor)])
             wanted = [t for t in inputs if t.requires_grad] + list(params)
             pairs = [(o, g) for o, g in zip(outs, grads) if o.requires_grad]
             grads = grad([o for o, _ in pairs], wanted, grad_outputs=[g for _, g in pairs], allow_unused=True,
                          materialize_grads=True) if wanted else ()  # (grad() refuses no inputs, as torch's)
             return (outs, grads) if with_outputs else grads
     return vjp
+
+
+def _checked_alone(joint, split, n):
+    """The call's tensors (input positions, captured tensors, output positions) that eager's nodes save
+    (`Graph.saved_eagerly`) and ``split``'s backward graph does not read (``n``: how many tensors the call
+    takes): a compiled call checks their versions at its backward, as eager's would, rather than giving the
+    gradient of the forward's values after a write into one."""
+    saved = joint.saved_eagerly or ()
+    read = {id(t) for t in split.backward.constant_tensors.values()}
+    positions = tuple(sorted(k for k in saved if isinstance(k, int) and k < n and k not in split.inputs_read))
+    captured = tuple(joint.constant_tensors[k] for k in sorted(k for k in saved if isinstance(k, str))
+                     if k in joint.constant_tensors and id(joint.constant_tensors[k]) not in read)
+    outputs = tuple(sorted(k[1] for k in saved if isinstance(k, tuple)))
+    return positions, captured, outputs
+
+
+def _saved_eagerly(tracer, outs, copies, ends):
+    """The input indices and constant names of the call's tensors, and ``("output", k)`` of its outputs
+    ``outs``, whose memory the nodes of the traced history of ``ends`` (``outs``, and the tensors the call
+    returns) saved (``copies``: the inputs the traced call ran on, clones of those that require grad): eager's
+    backward checks their versions, and so must a compiled call's, whatever its backward graph reads (a layer
+    norm's reads the statistics its forward saved, not the input)."""
+    owners = {id(_memory(o)): ("output", k) for k, o in enumerate(outs)}
+    owners.update((id(_memory(fake)), key) for key, fake in tracer.owner_fakes())
+    # a captured tensor saved as the library code passed it (`saves_also` of a module's weight) is the real one
+    constants = tracer.graph.constant_tensors
+    owners.update((id(_memory(t)), name) for name, t in constants.items() if isinstance(t, Tensor))
+    owners.update((id(_memory(c)), i) for i, c in enumerate(copies))
+    return frozenset(owners[id(_memory(t))] for t in version_checked(ends) if id(_memory(t)) in owners)
+
+
+def _memory(t):
+    st = t._storage
+    return getattr(st, "root", st)
 
 
 _COMPILERS: list = []  # (class, compiler(obj, **options)): a library's objects that compile their own way

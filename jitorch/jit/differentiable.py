@@ -71,6 +71,11 @@ class SplitCall(NamedTuple):
     backward: object  # CompiledGraph: the inputs it reads, the saved values, the cotangents -> the gradients
     inputs_read: tuple  # positions among the call's tensors of the inputs the backward reads
     saved: int
+    # what eager's nodes save that the backward graph does not read (a layer norm's input, whose statistics it
+    # reads instead): positions among the call's tensors, and captured tensors; their versions are checked alone
+    checked: tuple = ()
+    checked_captured: tuple = ()
+    checked_outputs: tuple = ()  # positions among the outputs (a cumprod's result, which eager's node saves)
 
 
 def _forward_split(ctx, entry, inputs):
@@ -81,7 +86,9 @@ def _forward_split(ctx, entry, inputs):
     # versions checked in the backward: the inputs and captured tensors it reads, and the saved values (an
     # output the caller may write into)
     captured = [t for t in split.backward.graph.constant_tensors.values() if isinstance(t, Tensor)]
-    ctx.save_for_backward(*[inputs[i] for i in split.inputs_read], *captured, *saved)
+    ctx.save_for_backward(*[inputs[i] for i in split.inputs_read], *captured, *saved,
+                          *[inputs[i] for i in split.checked], *split.checked_captured,
+                          *[outs[k] for k in split.checked_outputs])
     ctx.captured = len(captured)
     ctx.needs_grad = [t.requires_grad for t in inputs]
     ctx.unreached = _unreached(entry.graph, len(inputs))
@@ -95,7 +102,8 @@ def _backward_split(ctx, grads):
     split = ctx.entry.split
     saved = ctx.saved_tensors
     k = len(split.inputs_read)
-    args = [t.contiguous() for t in saved[:k]] + list(saved[k + ctx.captured:]) + [g.contiguous() for g in grads]
+    end = len(saved) - len(split.checked) - len(split.checked_captured) - len(split.checked_outputs)
+    args = [t.contiguous() for t in saved[:k]] + list(saved[k + ctx.captured:end]) + [g.contiguous() for g in grads]
     gradients = split.backward.run(args)
     if is_grad_enabled():  # (backward(create_graph=True)): the graph computed the gradients without history
         gradients = _without_double_backward(gradients, [*saved, *grads])
@@ -160,9 +168,11 @@ def _positions_read(vjp, vjp_args, saved, n):
         return range(len(saved))
     graph = entry.graph
     live = _reaching_outputs(graph)
-    captured = {id(graph.constant_tensors[name]) for name, v in graph.constants.items() if v in live}
+    # and those eager's nodes saved, which its backward checks even where the gradients do not read them
+    eager = graph.saved_eagerly or ()
+    captured = {id(graph.constant_tensors[name]) for name, v in graph.constants.items() if v in live or name in eager}
     return [i for i, t in enumerate(saved)
-            if (graph.inputs[i] in live if i < n else id(t) in captured)]
+            if (graph.inputs[i] in live or i in eager if i < n else id(t) in captured)]
 
 
 def _reaching_outputs(graph):

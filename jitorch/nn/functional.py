@@ -23,6 +23,7 @@ from typing import NamedTuple
 import numpy as np
 
 import jitorch as jt
+from jitorch.autograd.engine import saves_also, saving as _saves
 from jitorch.compiler import is_compiling
 from jitorch.ops.attention import attention_fast, fused as _fused_attention
 from jitorch.ops.autocast import autocasts
@@ -250,6 +251,8 @@ def pad(input, pad, mode="constant", value=None):
     x = input
     for dim, left, right, _ in _padded_dims(input, pad, k):
         x = _index_pad(x, dim, left, right, mode)
+    if mode != "circular":  # (torch's reflection and replication pads are one node that saves the input)
+        saves_also(x, (input,))
     return x
 
 
@@ -385,6 +388,7 @@ def _conv_steps(weight, stride, dilation, nd):
     return stride, dilation
 
 
+@_saves("input", "weight")
 def _conv(input, weight, bias, stride, padding, dilation, groups, nd):
     name = f"conv{nd}d"
     _check_conv(input, weight, bias, groups, nd, name)
@@ -439,6 +443,7 @@ def _as_2d_at_least(values, fill):
     return (fill, *values) if len(values) == 1 else tuple(values)
 
 
+@_saves("input", "weight")
 def _conv_transpose(input, weight, bias, stride, padding, output_padding, groups, dilation, nd):
     """The gradient of ``conv{nd}d`` with respect to its input, as a layer.
 
@@ -697,6 +702,7 @@ class _MaxPool(jt.autograd.Function):
         return jt.Tensor._fresh(grad, g.dtype), None
 
 
+@_saves("input")
 def _max_pool(input, nd, kernel_size, stride, padding, dilation, ceil_mode, return_indices):
     geo = _Pool(input, f"max_pool{nd}d", nd, kernel_size, stride, padding, dilation, ceil_mode)
     if not return_indices and _tiling_pool(input, geo):
@@ -770,6 +776,7 @@ def _avg_divisor(geo, count_include_pad):
     return divisor
 
 
+@_saves("input")
 def _avg_pool(input, nd, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override):
     geo = _Pool(input, f"avg_pool{nd}d", nd, kernel_size, stride, padding, 1, ceil_mode)
     if divisor_override is not None and divisor_override == 0:
@@ -833,6 +840,7 @@ def _check_output_size_dims(input, output_size, nd):
         raise ValueError(f"Input dimension should be at least {len(output_size) + 1}")
 
 
+@_saves("input")
 def _adaptive_avg_pool(input, output_size, nd, name):
     _check_output_size_dims(input, output_size, nd)
     if input.ndim not in (nd + 1, nd + 2):
@@ -882,6 +890,7 @@ def _adaptive_windows(size, out):
     return table
 
 
+@_saves("input")
 def _adaptive_max_pool(input, output_size, return_indices, nd):
     name = f"adaptive_max_pool{nd}d"
     _check_output_size_dims(input, output_size, nd)
@@ -1377,6 +1386,7 @@ def _computed_in_float32(norm):
     return in_float32
 
 
+@_saves("input", "weight")
 @_computed_in_float32
 def batch_norm(input, running_mean, running_var, weight=None, bias=None, training=False, momentum=0.1, eps=1e-5):
     """Normalise over every dim but the channel dim 1. In training, batch statistics are used and the
@@ -1410,7 +1420,12 @@ def batch_norm(input, running_mean, running_var, weight=None, bias=None, trainin
                 raise RuntimeError(f"{name} must be defined in evaluation mode")
         mean, var = running_mean, running_var
     out = (input - _channel_view(mean, input.ndim)) * _channel_view((var + eps).rsqrt(), input.ndim)
-    return _channel_affine(out, weight, bias)
+    out = _channel_affine(out, weight, bias)
+    if not training:
+        # torch's node saves the running statistics too; in training its kernel's own update of them bumps no
+        # version (two forwards before one backward are no error), so only evaluation's are checked here
+        saves_also(out, (running_mean, running_var))
+    return out
 
 
 def _batch_norm_of_a_vector(input, running_mean, running_var, weight, bias, training):
@@ -1458,6 +1473,7 @@ def _group_normalize(input, groups, eps):
 
 
 @autocasts("group_norm")
+@_saves("input", "weight")
 @_computed_in_float32
 def group_norm(input, num_groups, weight=None, bias=None, eps=1e-5):
     """Normalise ``(N, C, *)`` input over each sample's ``num_groups`` groups of consecutive channels (biased
@@ -1475,6 +1491,7 @@ def group_norm(input, num_groups, weight=None, bias=None, eps=1e-5):
     return _channel_affine(_group_normalize(input, num_groups, eps)[0], weight, bias)
 
 
+@_saves("input")
 @_computed_in_float32
 def instance_norm(input, running_mean=None, running_var=None, weight=None, bias=None, use_input_stats=True,
                   momentum=0.1, eps=1e-5):
@@ -1497,6 +1514,7 @@ def instance_norm(input, running_mean=None, running_var=None, weight=None, bias=
 
 
 @autocasts("layer_norm", first=_LAYER_NORM_FAST, arity=5)  # (nn.LayerNorm's call)
+@_saves("input", "weight", "bias")  # (the op's node saves them; a traced call's composition must say so too)
 @_computed_in_float32
 def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):
     """Normalise over the trailing dims ``normalized_shape`` (biased variance), then scale and shift: the op
@@ -2035,6 +2053,7 @@ def sigmoid(input):
     return input.sigmoid()
 
 
+@_saves("input")
 def leaky_relu(input, negative_slope=0.01, inplace=False):
     """``x`` where positive, ``negative_slope * x`` elsewhere (the slope a Python number, as torch's kernel
     reads it: a float64 input's product is float64's)."""
@@ -2060,6 +2079,7 @@ def logsigmoid(input):
 
 
 @autocasts("softplus")
+@_saves("input")
 def softplus(input, beta=1.0, threshold=20.0):
     """``log(1 + exp(beta x)) / beta``, and ``x`` itself where ``beta x > threshold``."""
     _check_floating(input, "softplus_cpu")
@@ -2078,6 +2098,7 @@ def _result(input, out, inplace):
     return input.copy_(out) if inplace else out
 
 
+@_saves("input")
 def _elu(input, alpha, scale, input_scale, inplace):
     """torch's elu kernel: ``scale x`` where positive, ``scale alpha (exp(input_scale x) - 1)`` elsewhere."""
     _check_floating(input, "elu_cpu")
@@ -2122,6 +2143,7 @@ def selu_(input):
     return selu(input, True)
 
 
+@_saves("input")
 def softshrink(input, lambd=0.5):
     """``x - lambd`` above ``lambd``, ``x + lambd`` below ``-lambd``, 0 between (NaN stays NaN)."""
     _check_floating(input, "softshrink_check")
@@ -2132,6 +2154,7 @@ def softshrink(input, lambd=0.5):
     return jt.where(input.abs() <= lambd, 0.0, input - lambd * input.sign()).to(input.dtype)
 
 
+@_saves("input")
 def hardshrink(input, lambd=0.5):
     """``x`` where ``|x| > lambd``, 0 elsewhere."""
     _check_floating(input, "hardshrink_cpu")
@@ -2149,6 +2172,7 @@ def _threshold(input, bound, value, inplace):
     return _result(input, jt.where(input <= bound, value, input).to(input.dtype), inplace)
 
 
+@_saves("input", in_place=False)
 def threshold(input, threshold, value, inplace=False):
     """``x`` where ``x > threshold``, ``value`` elsewhere."""
     return _threshold(input, threshold, value, inplace)
@@ -2177,6 +2201,7 @@ def rrelu_(input, lower=1.0 / 8, upper=1.0 / 3, training=False):
     return rrelu(input, lower, upper, training, True)
 
 
+@_saves("input", "weight")
 def prelu(input, weight):
     """``x`` where positive, ``weight x`` elsewhere; ``weight`` is one slope, or one per channel (dim 1)."""
     if weight.ndim > 1:
@@ -2201,6 +2226,7 @@ def hardtanh_(input, min_val=-1.0, max_val=1.0):
     return hardtanh(input, min_val, max_val, True)
 
 
+@_saves("input", in_place=False)
 def hardtanh(input, min_val=-1.0, max_val=1.0, inplace=False):
     """``x`` clamped to ``[min_val, max_val]``; the gradient is 0 outside the open interval, as torch."""
     if min_val > max_val:
@@ -2218,6 +2244,7 @@ def relu6(input, inplace=False):
     return hardtanh(input, 0.0, 6.0, inplace)
 
 
+@_saves("input", in_place=False)
 def hardsigmoid(input, inplace=False):
     """``relu6(x + 3) / 6``."""
     _check_floating(input, "hardsigmoid_cpu")
@@ -2278,6 +2305,7 @@ def pairwise_distance(x1, x2, p=2.0, eps=1e-6, keepdim=False):
 
 
 
+@_saves("input")
 def pdist(input, p=2.0):
     """The ``p``-norm distances between the rows of ``(N, M)`` input, for each pair ``i < j`` in row-major
     order: ``N (N - 1) / 2`` values."""
@@ -2398,6 +2426,7 @@ def _pointwise_loss(input, target, reduction, weight, elementwise, mean_over_wei
 
 
 @autocasts("mse_loss")
+@_saves("input", "target", "weight")
 def mse_loss(input, target, size_average=None, reduce=None, reduction="mean", weight=None):
     """Squared error ``(x - y)^2``, reduced (a weighted mean divides by ``weight.sum()``)."""
     return _pointwise_loss(input, target, _reduction(size_average, reduce, reduction), weight, jt.square)
@@ -2418,6 +2447,7 @@ def _huber(delta):
 
 
 @autocasts("smooth_l1_loss")
+@_saves("input", "target")
 def smooth_l1_loss(input, target, size_average=None, reduce=None, reduction="mean", beta=1.0):
     """``0.5 d^2 / beta`` where ``|d| < beta``, ``|d| - 0.5 beta`` elsewhere (plain L1 when ``beta`` is 0)."""
     if beta < 0:
@@ -2427,6 +2457,7 @@ def smooth_l1_loss(input, target, size_average=None, reduce=None, reduction="mea
 
 
 @autocasts("huber_loss")
+@_saves("input", "target", "weight")
 def huber_loss(input, target, reduction="mean", delta=1.0, weight=None):
     """``0.5 d^2`` where ``|d| < delta``, ``delta (|d| - 0.5 delta)`` elsewhere; a weighted 'mean' is the
     plain mean of the weighted losses, as torch."""
@@ -2456,6 +2487,8 @@ def kl_div(input, target, size_average=None, reduce=None, reduction="mean", log_
         nonzero = target != 0
         # log of 1 where the target is 0, so that the gradient there stays finite
         loss = jt.where(nonzero, target * (jt.where(nonzero, target, 1.0).log() - input), 0.0)
+        if target._requires_grad:  # (torch's ``target * input`` saves the input for the target's gradient)
+            saves_also(loss, (input,))
     if reduction == "batchmean":
         return loss.sum() / input.shape[0] if input.ndim else loss.sum()
     return _reduce(loss, reduction)
@@ -2524,6 +2557,7 @@ def _class_last(input):
 
 
 @autocasts("nll_loss")
+@_saves("input", "target", "weight")
 def nll_loss(input, target, weight=None, size_average=None, ignore_index=-100, reduce=None, reduction="mean"):
     """``-weight[t] * input[t]`` per target class ``t`` (class dim 1); 'mean' divides by the summed
     weights of the targets that are not ``ignore_index``."""
@@ -2667,6 +2701,7 @@ def binary_cross_entropy(input, target, weight=None, size_average=None, reduce=N
 
 
 @autocasts("binary_cross_entropy_with_logits")
+@_saves("input", "target", "weight", "pos_weight")
 def binary_cross_entropy_with_logits(input, target, weight=None, size_average=None, reduce=None, reduction="mean",
                                      pos_weight=None):
     """``binary_cross_entropy(sigmoid(x), y)`` computed stably from the logits ``x``;
@@ -2716,6 +2751,7 @@ def hinge_embedding_loss(input, target, margin=1.0, size_average=None, reduce=No
 
 
 @autocasts("soft_margin_loss")
+@_saves("input", "target")
 def soft_margin_loss(input, target, size_average=None, reduce=None, reduction="mean"):
     """Two-class logistic loss ``log(1 + exp(-y x))``, computed as ``-logsigmoid(y x)`` so it cannot overflow."""
     reduction = _reduction(size_average, reduce, reduction)
@@ -2832,6 +2868,7 @@ def _check_multi_margin(input, target, weight):
 
 
 @autocasts("multi_margin_loss")
+@_saves("input", "target", "weight")
 def multi_margin_loss(input, target, p=1, margin=1.0, weight=None, size_average=None, reduce=None,
                       reduction="mean"):
     """Multi-class hinge loss: per sample with class ``y``, ``sum_{i != y} w[y] max(0, margin - x[y] + x[i])^p``

@@ -15,6 +15,7 @@ import warnings
 import numpy as np
 
 import jitorch as jt
+from jitorch.autograd.engine import saving
 from jitorch.ops.registry import scalar_name
 
 CUBIC_A = -0.75
@@ -228,6 +229,7 @@ def _gather(input, coords):
     return jt.where(inside.unsqueeze(1), values, jt.where(inside, coords[0], 0.0).unsqueeze(1))
 
 
+@saving("input", "grid")
 def grid_sample(input, grid, mode="bilinear", padding_mode="zeros", align_corners=None):
     """``input`` ``(N, C, *in)`` sampled at the normalized coordinates of ``grid`` ``(N, *out, nd)`` (x along
     the last spatial dim), 2-D or 3-D; ``mode`` bilinear (trilinear in 3-D), nearest (ties to even) or

@@ -195,8 +195,9 @@ class _Builder:
         name = self.name()
         self.init.append(f"self.{name} = T.nn.LayerNorm({self.d})")
         self.params += [f"{name}.weight", f"{name}.bias"]
-        # torch's layer norm saves its bias (to test that it is defined), jitorch's reads none: a write into it
-        # between the forward and the backward raises in torch's backward alone, no target of the scenarios
+        # torch's layer norm saves its bias (to test that it is defined); jitorch's saves it too since session 48
+        # (tests/autograd/test_saved_versions48.py), and a write into it raises in both; it stays no target of the
+        # scenarios so that the fixed seeds draw the programs they drew
         self.unsaved_by_jitorch.append(f"{name}.bias")
         self.forward.append(f"h = self.{name}(h)")
         self.tag("layernorm")

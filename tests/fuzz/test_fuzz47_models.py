@@ -153,8 +153,6 @@ def test_a_compiled_gradient_penalty_of_a_backward_reading_nothing_that_requires
     assert not outcome.mismatches and "double backward" in outcome.runs["compiled"].error
 
 
-@pytest.mark.xfail(strict=True, reason="open: the compiled backward reads a layer norm's saved statistics, not its "
-                                       "input, so no version check sees the input's write (report, session 47)")
 def test_a_compiled_layer_norm_raises_where_eager_does_after_its_input_is_written_seed_44():
     """Fuzz seed 44 of ``--models`` (minimised: one layer norm; its input written after the forward): torch's and
     eager jitorch's backward raise "modified by an inplace operation" (their node saved the input); the compiled
@@ -186,8 +184,6 @@ def _input_written(T, activation):
     return None
 
 
-@pytest.mark.xfail(strict=True, reason="open: nn.functional composes these of ops that save no input (report, "
-                                       "session 47)")
 @pytest.mark.parametrize("activation", [lambda F, h: F.leaky_relu(h, 0.1), lambda F, h: F.softplus(h),
                                         lambda F, h: F.elu(h)], ids=["leaky_relu", "softplus", "elu"])
 def test_an_activation_whose_input_is_written_raises_as_torch_seed_2042(activation):

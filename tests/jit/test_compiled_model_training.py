@@ -109,9 +109,14 @@ def test_a_compiled_model_node_keeps_the_partitions_saved_values_and_frees_them_
     node = loss.grad_fn
     split = _entry(compiled).split
     captured = [t for t in split.backward.graph.constant_tensors.values() if isinstance(t, jt.Tensor)]
-    # what the backward reads of the call's tensors, the captured tensors it reads (by version), and the
-    # values the forward graph returned after the loss: nothing else is held until the backward
-    assert len(node.ctx._saved) == len(split.inputs_read) + len(captured) + split.saved
+    # what the backward reads of the call's tensors, the captured tensors it reads (by version), the values the
+    # forward graph returned after the loss, and the tensors eager's nodes save that the backward graph does not
+    # read (the targets, which the loss's nll_loss saves, and the layer norms' biases: checked by version alone):
+    # nothing else is held until the backward
+    assert split.checked == (1,) and not split.checked_outputs
+    assert {id(t) for t in split.checked_captured} == {id(compiled.ln1.bias), id(compiled.ln2.bias)}
+    assert len(node.ctx._saved) == (len(split.inputs_read) + len(captured) + split.saved + len(split.checked)
+                                    + len(split.checked_captured))
     assert split.saved == len(split.forward.graph.outputs) - 1
     loss.backward()
     assert node.ctx._saved is None

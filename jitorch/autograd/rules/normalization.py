@@ -99,4 +99,5 @@ def _layer_norm(g, a, out):
     return grads
 
 
-defgrad("layer_norm", differentiates("input weight bias", reads("input weight", _layer_norm)))
+# (the bias is saved unread, as torch's native_layer_norm node saves it: a write into it before the backward raises)
+defgrad("layer_norm", differentiates("input weight bias", reads("input weight bias", _layer_norm)))

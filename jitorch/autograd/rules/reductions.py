@@ -115,8 +115,10 @@ def _cumsum(g, a, out):
     return g.flip(d).cumsum(d).flip(d)
 
 
-defgrad("prod", per_input(self=reads("self", _prod)))
-defgrad("cumprod", per_input(self=reads("self", _cumprod)))
+# (the result is saved unread, as torch's prod node saves it: a write into it before the backward raises)
+defgrad("prod", per_input(self=reads("self result", _prod)))
+# (the result is saved unread, as torch's cumprod node saves it: a write into it before the backward raises)
+defgrad("cumprod", per_input(self=reads("self result", _cumprod)))
 defgrad("cumsum", per_input(self=reads("", _cumsum)))
 
 

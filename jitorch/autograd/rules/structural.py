@@ -491,7 +491,8 @@ def _gather_grad(g, a):
     return zeros.scatter_add_(a.dim, a.index, g)
 
 
-defgrad("gather", _self(_gather_grad, "index"))
+# (self is saved unread, as torch's gather node saves it: a write into it before the backward raises)
+defgrad("gather", _self(_gather_grad, "index self"))
 # (with reduce=, torch has no derivative: its autograd fallback's node raises in backward, as jitorch's)
 defgrad("scatter", per_input(self=reads("index", _scattered), src=reads("index", _gathered)))
 defgrad("scatter.value", per_input(self=reads("index", _scattered)))
