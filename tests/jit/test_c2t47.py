@@ -18,14 +18,6 @@ from tests.support import load_script
 MODELS = Path(__file__).parents[2] / "benchmarks" / "models.py"
 
 
-@pytest.fixture
-def two_threads(monkeypatch):
-    """Two threads with products split and inter-op on (as ``set_num_threads(2)`` leaves them), restored after."""
-    monkeypatch.setitem(threads._settings, "threads", 2)
-    monkeypatch.setitem(threads._settings, "split_products", True)
-    monkeypatch.setattr(threads, "INTEROP", True)
-
-
 def _mlp(lib):
     lib.manual_seed(0)
     return lib.nn.Sequential(lib.nn.Linear(64, 96, bias=False), lib.nn.ReLU(), lib.nn.Linear(96, 64, bias=False))

@@ -18,15 +18,6 @@ from tests.support import load_script
 MODELS = Path(__file__).parents[2] / "benchmarks" / "models.py"
 
 
-@pytest.fixture
-def two_threads(monkeypatch):
-    """Two threads with products split (as ``set_num_threads(2)`` leaves them), restored after."""
-    monkeypatch.setitem(threads._settings, "threads", 2)
-    monkeypatch.setitem(threads._settings, "split_products", True)
-    monkeypatch.setattr(threads, "INTEROP", True)
-    yield
-
-
 def _two_products(x, a, b):
     # (each product read by a kernel: both results live in the arena)
     return (x @ a).relu() + (x @ b).sigmoid()

@@ -10,27 +10,9 @@ import jitorch as jt
 from jitorch.codegen import cpu
 from jitorch.jit import executor, kernel_runs
 from jitorch.jit.kernel_runs import KernelRun
+from tests.jit.test_kernel_runs import make, sgd_chain
 
 needs_programs = pytest.mark.skipif(cpu.step_program() is None, reason="no native code for programs here")
-
-
-def sgd_chain(w, x):
-    """Kernels back to back, then an in-place update (tests/jit/test_kernel_runs.py's chain)."""
-    h = (x * w).tanh()
-    s = h.sum()
-    y = (h - s).exp()
-    m = y.mean(dim=1, keepdim=True)
-    loss = ((y / m) ** 2).sum()
-    loss.backward()
-    with jt.no_grad():
-        w.sub_(0.01 * w.grad)
-        w.grad = None
-    return loss.detach()
-
-
-def make(seed=0, n=64):
-    g = jt.Generator().manual_seed(seed)
-    return jt.randn(n, n, generator=g, requires_grad=True), jt.randn(n, n, generator=g)
 
 
 def executed(compiled):
