@@ -35,7 +35,7 @@ from ..ops import attention
 from . import cpu, mathlib
 from .cache import default_cache
 from .errors import CompileError
-from .kernel import I64, KernelSource, cached_ir, counted_loop, fma_loop, prefetch
+from .kernel import I64, KernelSource, cached_ir, counted_loop, fma_loop, generator_fingerprint, prefetch
 from .lanes import VECTOR_BYTES, by_halves
 from .machine import selected
 from .memo import BuiltOnce
@@ -111,7 +111,8 @@ def _build(direction, dtype, L, S, D, causal, scale, batch, layouts, masked=Fals
     # block's rows, and the constants' spelling, which the LLVM that llvmlite carries decides)
     text = repr(("attention", cpu.target_id(), mathlib._reads_splat(), tile.rows, direction, dtype, L, S, D, causal,
                  scale, batch, layouts, masked))
-    source.llvm_ir = cached_ir("attention kernel", text, lambda: _module(tile, direction, name, n_in, n_out), cache)
+    source.llvm_ir = cached_ir("attention kernel", text, lambda: _module(tile, direction, name, n_in, n_out), cache,
+                               generator_fingerprint())
     try:
         compiled = cpu.link_kernel(source, cache)
     except CompileError:

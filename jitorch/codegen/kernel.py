@@ -1485,15 +1485,17 @@ def generator_fingerprint():
 IR_LIMIT = 1 << 20
 
 
-def cached_ir(what, text, build, cache):
+def cached_ir(what, text, build, cache, fingerprint):
     """The LLVM IR text of a hand-built kernel (an attention tile, the rows' scatter-add) that ``text`` describes:
-    everything that decides its IR but the code generator's sources, which key it too (`generator_fingerprint`).
+    everything that decides its IR but the code generator's sources, which key it too (``fingerprint``: the
+    caller's `generator_fingerprint()`, looked up in the caller's module, so that benchmarks/attention_kernels.py's
+    baseline module keys its IR apart from this version's).
     From ``cache`` (a `KernelCache`), where an earlier process built it, else ``build()``'s, stored there. The IR
     keys the kernel's object code in turn, and building it was 10-25 ms of Python in each process's first call. A
     damaged entry fails the cache's checks, or is no UTF-8, and is built again; an entry over `IR_LIMIT` bytes is
     refused unread."""
     from .cache import cache_key
-    key = cache_key(f"{what} IR", generator_fingerprint(), text)
+    key = cache_key(f"{what} IR", fingerprint, text)
     stored = cache.get(key, text, limit=IR_LIMIT)
     if stored is not None:
         try:

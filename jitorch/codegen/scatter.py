@@ -24,7 +24,7 @@ from ..ops import indexing
 from . import cpu
 from .cache import default_cache
 from .errors import CompileError
-from .kernel import I64, KernelSource, cached_ir, counted_loop
+from .kernel import I64, KernelSource, cached_ir, counted_loop, generator_fingerprint
 from .memo import BuiltOnce
 from .target import CPU
 
@@ -91,7 +91,7 @@ def _build(dtype):
     # (the IR an earlier process built, where there is one: building it was 10-13 ms of the GPT step's warm first
     # call, most of it the process's first use of llvmlite's IR builder)
     source.llvm_ir = cached_ir("scatter rows kernel", repr(("scatter rows", cpu.target_id(), dtype, name)),
-                               lambda: _module(dtype, name), cache)
+                               lambda: _module(dtype, name), cache, generator_fingerprint())
     try:
         return ScatterRowsKernel(cpu.link_kernel(source, cache))
     except CompileError:
