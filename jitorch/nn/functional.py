@@ -1286,7 +1286,8 @@ def unfold(input, kernel_size, dilation=1, padding=0, stride=1):
     if input.ndim not in (3, 4) or 0 in input.shape[-3:]:
         raise RuntimeError("Expected 3D or 4D (batch mode) tensor with possibly 0 batch size and other non-zero "
                            f"dimensions for input, but got: {list(input.shape)}")
-    _check_floating(input, "im2col_out_cpu")
+    if input.dtype is not jt.bool:  # (torch's im2col kernel serves bool beside the float types, as col2im)
+        _check_floating(input, "im2col_out_cpu")
     out = _sliding_blocks(input.shape[-2:], a)
     if min(out) < 1:
         raise RuntimeError(f"Given input with spatial size {tuple(input.shape[-2:])}, kernel_size={a['kernel_size']}, "
@@ -1322,6 +1323,8 @@ def fold(input, output_size, kernel_size, dilation=1, padding=0, stride=1):
     if min(blocks) < 1:
         raise RuntimeError(f"Given output_size={a['output_size']}, {_sliding_geometry(a)}, calculated shape of the "
                            f"array of sliding blocks as {blocks}, which is too small (non-positive)")
+    if input.dtype is not jt.bool:  # (torch's col2im kernel serves bool, summing as or, and the float types)
+        _check_floating(input, "col2im_out_cpu")
     x = input if input.ndim == 3 else input.unsqueeze(0)
     n, c = x.shape[0], rows // (kernel[0] * kernel[1])
     (h, w), (ph, pw) = a["output_size"], a["padding"]

@@ -1,0 +1,87 @@
+"""Regression tests of the defects session 48's full OpInfo sweep (tests/ops/opinfo_sweep.py --all) found, each
+against torch."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import jitorch as jt
+
+_DTYPES = ("float32", "float64", "float16", "bfloat16", "int64", "int32")
+
+
+@pytest.mark.filterwarnings("ignore:An output with one or more elements was resized")
+@pytest.mark.parametrize("self_dtype", _DTYPES)
+@pytest.mark.parametrize("other_dtype", _DTYPES)
+def test_ldexp_by_a_transposed_exponent_is_laid_out_as_torchs(self_dtype, other_dtype):
+    """OpInfo ldexp, float32 samples #6/#7 transposed ((10, 1, 5) by a transposed (10, 5)): torch multiplies a
+    float32 (or integer) self by ``pow(2.0, other)``, a new contiguous tensor, so the exponent's memory order
+    takes no part ((50, 5, 1)); jitorch laid the result out in the transposed exponent's order ((50, 1, 10)),
+    eagerly (its fast path) and through the method. Other float selves run torch's ldexp kernel on both."""
+    def call(lib, how):
+        x = lib.ones(10, 1, 5, dtype=getattr(lib, self_dtype))
+        e = lib.ones(5, 10, dtype=getattr(lib, other_dtype)).t()
+        if how == "method":
+            return x.ldexp(e)
+        if how == "compiled":
+            return jt.compile(lambda a, b: jt.ldexp(a, b))(x, e)
+        return lib.ldexp(x, e)
+    want = call(torch, "function")
+    for how in ("function", "method", "compiled"):
+        got = call(jt, how)
+        assert got.stride() == want.stride(), how
+        assert str(got.dtype)[8:] == str(want.dtype)[6:]
+        np.testing.assert_array_equal(got.float().numpy(), want.float().numpy())
+
+
+def test_native_layer_norm_mean_and_rstd_do_not_require_grad():
+    """OpInfo native_layer_norm, every float64 sample: torch's mean and rstd results are not differentiable
+    (``output_differentiability: [True, False, False]``); jitorch's required grad (3 differentiable results
+    where torch has 1), so a backward through them ran where torch's raises."""
+    x = torch.randn(3, 4, dtype=torch.float64, requires_grad=True)
+    w = torch.randn(4, dtype=torch.float64, requires_grad=True)
+    theirs = torch.native_layer_norm(x, [4], w, None, 1e-5)
+    jx, jw = jt.tensor(x.detach().numpy(), requires_grad=True), jt.tensor(w.detach().numpy(), requires_grad=True)
+    ours = jt.native_layer_norm(jx, [4], jw, None, 1e-5)
+    assert [t.requires_grad for t in ours] == [t.requires_grad for t in theirs] == [True, False, False]
+    for a, b in zip(theirs, ours):
+        np.testing.assert_allclose(b.detach().numpy(), a.detach().numpy(), rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_native_layer_norm_of_a_half_type_rounds_mean_and_rstd_once(dtype):
+    """OpInfo native_layer_norm, float16 sample #10 (one element, -8.4766): torch computes the mean and rstd
+    in float32 and rounds once (rstd 316.25, the float16 nearest 1/sqrt(1e-5)); jitorch computed in float16
+    (the variance's 1e-5 rounded first: 316.0)."""
+    values = np.array([[-8.4766], [0.25], [3.0]], dtype=np.float32)
+    theirs = torch.native_layer_norm(torch.tensor(values).to(getattr(torch, dtype)), [1], None, None, 1e-5)
+    ours = jt.native_layer_norm(jt.tensor(values).to(getattr(jt, dtype)), [1], None, None, 1e-5)
+    for a, b in zip(theirs[1:], ours[1:]):
+        assert str(b.dtype)[8:] == dtype
+        np.testing.assert_array_equal(b.float().numpy(), a.float().numpy())
+
+
+def test_unfold_of_bool_input_as_torch():
+    """OpInfo nn.functional.unfold, every bool sample: torch's im2col kernel serves bool; jitorch raised
+    NotImplementedError ("im2col_out_cpu" not implemented for 'Bool')."""
+    x = np.random.default_rng(0).random((2, 3, 4, 5)) > 0.5
+    want = torch.nn.functional.unfold(torch.tensor(x), (2, 3), padding=1, stride=(1, 2))
+    got = jt.nn.functional.unfold(jt.tensor(x), (2, 3), padding=1, stride=(1, 2))
+    assert got.dtype is jt.bool
+    np.testing.assert_array_equal(got.numpy(), want.numpy())
+
+
+@pytest.mark.parametrize("dtype", ["int64", "int32", "uint8"])
+def test_fold_refuses_integer_input_as_torch(dtype):
+    """Found beside unfold's bool case: torch's col2im kernel has no integer types (NotImplementedError
+    "col2im_out_cpu" not implemented for 'Long'); jitorch's fold summed integers. Bool is served by both."""
+    def call(lib, name):
+        return lib.nn.functional.fold(lib.ones(1, 8, 4, dtype=getattr(lib, name)), (3, 3), 2)
+    with pytest.raises(NotImplementedError) as theirs:
+        call(torch, dtype)
+    with pytest.raises(NotImplementedError) as ours:
+        call(jt, dtype)
+    assert str(ours.value) == str(theirs.value)
+    np.testing.assert_array_equal(call(jt, "bool").numpy(), call(torch, "bool").numpy())
