@@ -85,3 +85,19 @@ def test_fold_refuses_integer_input_as_torch(dtype):
         call(jt, dtype)
     assert str(ours.value) == str(theirs.value)
     np.testing.assert_array_equal(call(jt, "bool").numpy(), call(torch, "bool").numpy())
+
+
+@pytest.mark.parametrize("name", ["linspace", "logspace"])
+@pytest.mark.parametrize("bounds", [([1, 1], [3, 3]), (1, [3, 3]), ([1, 1], None), (None, [3, 3])])
+def test_linspace_refuses_bound_tensors_of_any_dims_with_torchs_error(name, bounds):
+    """OpInfo linspace/logspace (and their tensor_overload) error_inputs #2 (start and end of shape (2,)):
+    torch raises RuntimeError "... only supports 0-dimensional start and end tensors, but got start with 1
+    dimension(s) and end with 1 dimension(s)."; jitorch's Scalar argument raised TypeError."""
+    def call(lib):
+        start, end = (3 if b is None else lib.tensor(b) for b in bounds)
+        return getattr(lib, name)(start, end, 2)
+    with pytest.raises(RuntimeError) as theirs:
+        call(torch)
+    with pytest.raises(RuntimeError) as ours:
+        call(jt)
+    assert str(ours.value) == str(theirs.value)
