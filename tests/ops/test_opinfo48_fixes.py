@@ -101,3 +101,59 @@ def test_linspace_refuses_bound_tensors_of_any_dims_with_torchs_error(name, boun
     with pytest.raises(RuntimeError) as ours:
         call(jt)
     assert str(ours.value) == str(theirs.value)
+
+
+_SPECIAL = [-np.inf, np.inf, np.nan, 0.0, -30.0, 30.0, 1e-8, -2.5]
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64", "float16"])
+@pytest.mark.parametrize("call", ["logsigmoid", "softplus", "softplus_negative_beta"])
+def test_logsigmoid_and_softplus_of_infinities_are_torchs(call, dtype):
+    """OpInfo nn.functional.logsigmoid, float32 reference sample #12 ([inf, inf, inf, -inf, ..., nan]): torch
+    gives 0 at +inf; jitorch's ``(x - |x|) / 2`` gave inf - inf = NaN, silently, and so did softplus at -inf
+    (and at +inf with a negative beta), which is built on it."""
+    def run(lib):
+        x = lib.tensor(np.array(_SPECIAL, dtype=dtype))
+        f = lib.nn.functional
+        if call == "logsigmoid":
+            return f.logsigmoid(x)
+        return f.softplus(x) if call == "softplus" else f.softplus(x, beta=-1.0)
+    want, got = run(torch), run(jt)
+    assert str(got.dtype)[8:] == dtype
+    np.testing.assert_allclose(got.double().numpy(), want.double().numpy(), rtol=1e-3 if dtype == "float16" else 1e-6)
+
+
+def test_logsigmoid_result_is_contiguous_as_torchs():
+    """OpInfo nn.functional.logsigmoid, float32 reference sample #3 transposed (1029 x 917): torch's
+    log_sigmoid_forward writes a contiguous result; jitorch's kept the input's transposed memory order."""
+    x = np.random.default_rng(0).standard_normal((6, 5)).astype(np.float32)
+    want = torch.nn.functional.logsigmoid(torch.tensor(x).t())
+    got = jt.nn.functional.logsigmoid(jt.tensor(x).t())
+    assert got.stride() == want.stride() == (6, 1)
+    np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-6)
+
+
+@pytest.mark.parametrize("name, kwargs", [("elu", {"alpha": 0.8}), ("celu", {"alpha": 2.0}), ("selu", {})])
+def test_elu_gradient_at_infinity_is_torchs(name, kwargs):
+    """OpInfo nn.functional.elu/celu/selu, float64 reference sample #11 (inf and -inf among 100 elements): the
+    gradient at +inf is torch's ``scale``; jitorch's where() masked ``0 * exp(inf)``, NaN, silently. (At NaN
+    both give NaN for tensors of torch's vectorised size: docs/differences-from-torch.md, Autograd.)"""
+    values = np.array([np.inf, -np.inf, 0.0, 1.5, -1.5] * 20)
+    tx = torch.tensor(values, requires_grad=True)
+    jx = jt.tensor(values, requires_grad=True)
+    want = torch.autograd.grad(getattr(torch.nn.functional, name)(tx, **kwargs).sum(), tx)[0]
+    got = jt.autograd.grad(getattr(jt.nn.functional, name)(jx, **kwargs).sum(), jx)[0]
+    np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-12)
+
+
+def test_hardsigmoid_passes_no_gradient_at_nan():
+    """OpInfo nn.functional.hardsigmoid, float64 reference sample #12: torch's backward passes the gradient
+    only where -3 < x < 3 (0 at NaN); jitorch's, from hardtanh's, passed 1/6 there."""
+    values = np.array([np.nan, np.inf, -np.inf, 3.0, -3.0, 0.0, 2.0])
+    tx = torch.tensor(values, requires_grad=True)
+    jx = jt.tensor(values, requires_grad=True)
+    want = torch.autograd.grad(torch.nn.functional.hardsigmoid(tx).sum(), tx)[0]
+    got = jt.autograd.grad(jt.nn.functional.hardsigmoid(jx).sum(), jx)[0]
+    np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-6)
+    np.testing.assert_array_equal(jt.nn.functional.hardsigmoid(jx).detach().numpy(),
+                                  torch.nn.functional.hardsigmoid(tx).detach().numpy())
