@@ -316,6 +316,17 @@ def torch_gradient_wrong(name):
     return torch_derivative_wrong(name)
 
 
+def _outside_nan_inputs(theirs, mine, leaf):
+    """The gradients ``theirs`` and ``mine`` of ``leaf`` with the elements at the leaf's NaNs set to 0: torch's
+    gradient at a NaN input depends on the length of the tensor (its vectorised loop and its scalar one
+    disagree: hardtanh's and the shrinks' are 1 for 9 float32 elements and 0 for 100; elu's 1 and NaN), so
+    neither is an oracle there."""
+    nan = leaf.detach().isnan()
+    if not nan.any() or theirs.shape != leaf.shape:
+        return theirs, mine
+    return theirs.masked_fill(nan, 0), as_torch(mine).masked_fill(nan, 0)
+
+
 def _float64_gradients(theirs, sample, cotangents):
     """torch's gradients of ``sample``'s results (with ``cotangents``) with every float input in float64."""
     def up(obj):
@@ -586,6 +597,7 @@ class Sweep:
         theirs = [torch.zeros_like(t) if a is None else a for a, t in zip(theirs, tleaves)]
         mine = [jitorch.zeros_like(t) if b is None else b for b, t in zip(mine, jleaves)]
         for i, (a, b) in enumerate(zip(theirs, mine)):
+            a, b = _outside_nan_inputs(a, b, tleaves[i])
             why = compare(a, b)
             if why and not (a.dtype != torch.float64 and "values differ" in why
                             and closer([a], [b], [_float64_gradients(*call[:2], cot)[i]])):
