@@ -59,7 +59,8 @@ class SampleTimeout(Exception):
 
 @dataclasses.dataclass
 class Outcome:
-    """One compared sample: ``kind`` is pass, closer, mismatch or skip; ``why`` says what differed."""
+    """One compared sample: ``kind`` is pass, closer, documented, torch-layout, mismatch, skip, unsupported,
+    unmapped, harness or capped (samples an op's CPU budget left unrun); ``why`` says what differed."""
 
     op: str
     label: str
@@ -415,9 +416,9 @@ class Sweep:
     """Runs the samples of OpInfos and collects Outcomes."""
 
     def __init__(self, dtypes=DTYPES, layouts=LAYOUTS, grads=True, compiled=True, errors=True,
-                 reference=True, limit=None):
+                 reference=True, limit=None, op_seconds=None):
         self.dtypes, self.layouts, self.grads, self.compiled = dtypes, layouts, grads, compiled
-        self.errors, self.reference, self.limit = errors, reference, limit
+        self.errors, self.reference, self.limit, self.op_seconds = errors, reference, limit, op_seconds
         self.outcomes: list[Outcome] = []
 
     def record(self, op, label, kind, why=""):
@@ -432,12 +433,18 @@ class Sweep:
         theirs, ours = pair[0], ours or pair[1]
         method = theirs is op.method_variant and theirs is not op.op
         supported = op.supported_dtypes("cpu")
+        began = time.process_time()
         for dtype in self.dtypes:
             if dtype not in supported:
                 continue
             for source, samples in self._sources(op, dtype):
                 for i, sample in enumerate(samples):
                     if self.limit is not None and i >= self.limit:
+                        break
+                    if self.op_seconds is not None and time.process_time() - began > self.op_seconds:
+                        # (one outcome per generator and dtype cut short: the samples it did not run)
+                        self.record(op, f"{source} {str(dtype)[6:]}", "capped",
+                                    f"samples #{i}-#{len(samples) - 1} not run (over {self.op_seconds} s CPU)")
                         break
                     self._sample(op, theirs, ours, method, sample, f"{source}#{i} {str(dtype)[6:]}", dtype)
         if self.errors and op.error_inputs_func is not None:
@@ -699,11 +706,13 @@ def main(argv=None):
     parser.add_argument("--jsonl", help="append each op's outcomes to this file as it finishes (one JSON object"
                         " a line: a piece cut short by a time cap keeps the ops it finished)")
     parser.add_argument("--quiet", action="store_true", help="print mismatches only")
+    parser.add_argument("--op-seconds", type=float, help="CPU seconds per op after which its remaining samples"
+                        " are recorded as capped, not run")
     options = parser.parse_args(argv)
     torch.set_num_threads(1)
     ops = opinfos()[options.start:options.stop] if options.all else ops_named(options.op)
     dtypes = tuple(getattr(torch, d) for d in options.dtype) or DTYPES
-    sweep = Sweep(dtypes=dtypes)
+    sweep = Sweep(dtypes=dtypes, op_seconds=options.op_seconds)
     for op in ops:
         began, count = time.process_time(), len(sweep.outcomes)
         try:

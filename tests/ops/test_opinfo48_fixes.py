@@ -157,3 +157,31 @@ def test_hardsigmoid_passes_no_gradient_at_nan():
     np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-6)
     np.testing.assert_array_equal(jt.nn.functional.hardsigmoid(jx).detach().numpy(),
                                   torch.nn.functional.hardsigmoid(tx).detach().numpy())
+
+
+@pytest.mark.parametrize("start", [[1, 2], True, 1.0])
+@pytest.mark.parametrize("how", ["function", "method"])
+def test_narrow_refuses_a_start_tensor_not_0_dim_integral(start, how):
+    """OpInfo narrow error_inputs #7 and #8: torch's narrow(Tensor start) overload raises RuntimeError "start must
+    be an 0-dim integral Tensor."; jitorch raised TypeError for a 1-d start and took a 0-d bool as 1."""
+    def call(lib):
+        x = lib.ones(4, 5)
+        s = lib.tensor(start)
+        return x.narrow(1, s, 2) if how == "method" else lib.narrow(x, 1, s, 2)
+    with pytest.raises(RuntimeError) as theirs:
+        call(torch)
+    with pytest.raises(RuntimeError) as ours:
+        call(jt)
+    assert str(ours.value) == str(theirs.value)
+    assert tuple(jt.ones(4, 5).narrow(1, jt.tensor(1), 2).shape) == (4, 2)
+
+
+def test_narrow_copy_of_a_dim_past_the_last_raises_torchs_runtime_error():
+    """OpInfo narrow_copy error_inputs #1 (dim 3 of a 3-d tensor): torch's narrow_copy raises RuntimeError
+    (its internal check); jitorch raised narrow's IndexError. A negative dim out of range is an IndexError in both."""
+    for dim, kind in [(3, RuntimeError), (-4, IndexError)]:
+        with pytest.raises(kind) as theirs:
+            torch.narrow_copy(torch.ones(10, 5, 20), dim, 0, 0)
+        with pytest.raises(kind) as ours:
+            jt.narrow_copy(jt.ones(10, 5, 20), dim, 0, 0)
+        assert type(ours.value) is type(theirs.value) and str(ours.value) == str(theirs.value)
