@@ -108,7 +108,8 @@ def matrix_norm(A, ord="fro", dim=(-2, -1), keepdim=False, *, dtype=None, out=No
     # 1-norms: largest column sum (sum over rows first); inf-norms: largest row sum
     first, second = (d0, d1) if abs(ord) == 1 else (d1, d0)
     r = A.abs().sum(first, keepdim=True)
-    r = getattr(r, extreme)(second, keepdim=True)
+    # torch's largest sum of none is 0 (its smallest raises, as amin of an empty dim)
+    r = r.sum(second, keepdim=True) if ord > 0 and r.shape[second] == 0 else getattr(r, extreme)(second, keepdim=True)
     return _written("norm", r if keepdim else r.squeeze((d0, d1)), out)
 
 

@@ -185,3 +185,45 @@ def test_narrow_copy_of_a_dim_past_the_last_raises_torchs_runtime_error():
         with pytest.raises(kind) as ours:
             jt.narrow_copy(jt.ones(10, 5, 20), dim, 0, 0)
         assert type(ours.value) is type(theirs.value) and str(ours.value) == str(theirs.value)
+
+
+@pytest.mark.parametrize("shape", [(0, 0), (0, 3), (3, 0), (2, 0, 0), (2, 0, 3), (2, 3, 0)])
+@pytest.mark.parametrize("ord", [1, -1, np.inf, -np.inf])
+@pytest.mark.parametrize("keepdim", [False, True])
+def test_matrix_norm_of_an_empty_matrix_as_torch(shape, ord, keepdim):
+    """OpInfo linalg.norm float32 sample #68 (a 0x0 matrix, ord=inf): torch's largest row or column sum of none
+    is 0; jitorch's amax over the empty dim raised IndexError (torch's smallest, ord -1 or -inf, raises so)."""
+    def call(lib):
+        return lib.linalg.matrix_norm(lib.ones(*shape), ord, keepdim=keepdim)
+    try:
+        want = call(torch)
+    except IndexError:
+        # (the message's dim may differ: torch reduces the first dim away before the second, jitorch keeps it)
+        with pytest.raises(IndexError, match="to have non-zero size"):
+            call(jt)
+        return
+    got = call(jt)
+    assert tuple(got.shape) == tuple(want.shape)
+    np.testing.assert_array_equal(got.numpy(), want.numpy())
+
+
+@pytest.mark.parametrize("reduce", ["amin", "amax", "sum", "prod", "mean"])
+@pytest.mark.parametrize("include_self", [True, False])
+def test_scatter_reduce_of_bool_as_torch(reduce, include_self):
+    """OpInfo scatter_reduce.amin/amax, bool samples with include_self=False: torch starts the slots at the
+    bool extremes; jitorch asked np.iinfo for bool's and raised ValueError ("Invalid integer data type 'b'").
+    Found beside it: torch's mean has no bool kernel (NotImplementedError); jitorch's computed one."""
+    x, src, idx = [True, False, True, False], [False, True, True, False], [0, 1, 0, 3]
+
+    def call(lib):
+        return lib.tensor(x).scatter_reduce(0, lib.tensor(idx), lib.tensor(src), reduce, include_self=include_self)
+    if reduce == "mean":
+        with pytest.raises(NotImplementedError) as theirs:
+            call(torch)
+        with pytest.raises(NotImplementedError) as ours:
+            call(jt)
+        assert str(ours.value) == str(theirs.value)
+        return
+    got = call(jt)
+    assert got.dtype is jt.bool
+    assert got.tolist() == call(torch).tolist()
