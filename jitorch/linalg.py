@@ -330,10 +330,14 @@ def matrix_rank(A, tol=None, hermitian=False, *, atol=None, rtol=None, out=None)
         raise RuntimeError("This function doesn't handle types other than float and double")
     atol, rtol = _tolerances(atol, rtol, tol, None)
     s = eigvalsh(A).abs() if hermitian else svdvals(A)
+    # tolerances may be tensors, one per matrix of the batch (torch's unsqueeze(-1) against the singular values)
+    absolute = _jt.as_tensor(0.0 if atol is None else atol, dtype=s.dtype)
     if rtol is None:
-        rtol = _jt.finfo(A.dtype).eps * max(A.shape[-2:]) if atol is None or atol <= 0 else 0.0
+        default = _jt.finfo(A.dtype).eps * max(A.shape[-2:])
+        rtol = default if atol is None else _jt.where(absolute > 0, 0.0, default)
+    relative = _jt.as_tensor(rtol, dtype=s.dtype)
     largest = s.amax(-1, keepdim=True) if s.shape[-1] else _jt.zeros_like(s[..., :1])
-    cutoff = (largest * rtol).clamp_min(atol or 0.0)
+    cutoff = _jt.maximum(relative.unsqueeze(-1) * largest, absolute.unsqueeze(-1))
     return _written("norm", (s > cutoff).sum(-1), out)
 
 

@@ -227,3 +227,23 @@ def test_scatter_reduce_of_bool_as_torch(reduce, include_self):
     got = call(jt)
     assert got.dtype is jt.bool
     assert got.tolist() == call(torch).tolist()
+
+
+@pytest.mark.parametrize("batch", [0, 2])
+@pytest.mark.parametrize("which", ["rtol", "atol", "both"])
+def test_matrix_rank_takes_tolerance_tensors_per_matrix(batch, which):
+    """OpInfo linalg.matrix_rank float32 samples #42-#45 (a batch of matrices, rtol a tensor of one tolerance per
+    matrix): torch compares each matrix's singular values with its own tolerance; jitorch broadcast the
+    tolerances against the singular values' last dim and raised "The size of tensor a (5) must match..."."""
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((batch, 5, 5)).astype(np.float32)
+    a[..., -1] = a[..., 0]  # rank 4
+    tol = np.linspace(1e-3, 0.9, batch, dtype=np.float32)
+
+    def call(lib):
+        kwargs = {"rtol": lib.tensor(tol)} if which == "rtol" else {"atol": lib.tensor(tol * 3)} \
+            if which == "atol" else {"atol": lib.tensor(tol), "rtol": lib.tensor(tol[::-1].copy())}
+        return lib.linalg.matrix_rank(lib.tensor(a), **kwargs)
+    want, got = call(torch), call(jt)
+    assert got.dtype is jt.int64 and tuple(got.shape) == tuple(want.shape)
+    assert got.tolist() == want.tolist()
