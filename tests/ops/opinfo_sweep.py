@@ -49,10 +49,12 @@ DOCUMENTED_RTOL = {"float64": 1e-7, "float32": 1e-4, "float16": 1e-2, "bfloat16"
 # OpInfo classes whose results follow TensorIterator's layout rules (strides compared), and those run compiled.
 POINTWISE = ("UnaryUfuncInfo", "BinaryUfuncInfo")
 COMPILED = POINTWISE + ("ReductionOpInfo",)
-# Factorizations whose factors of a singular matrix (the expanded layout's equal rows) are rounding residues.
+# Factorizations whose factors of a singular matrix (the expanded layout's equal rows) are rounding residues, and
+# results built on them (cond: inf or 1e65 by a zero or residual singular value; cholesky_ex: the part past the
+# failed pivot, which LAPACK leaves unspecified).
 FACTORIZATIONS = frozenset({"lu", "linalg.lu", "linalg.lu_factor", "linalg.lu_factor_ex", "geqrf", "qr", "linalg.qr",
                             "linalg.householder_product", "ormqr", "linalg.ldl_factor", "linalg.ldl_factor_ex",
-                            "linalg.eigh"})
+                            "linalg.eigh", "linalg.cond", "linalg.cholesky_ex"})
 # Results random or uninitialised (compared by dtype and shape only).
 RANDOM = calls.RANDOM
 
