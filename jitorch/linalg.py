@@ -100,7 +100,8 @@ def matrix_norm(A, ord="fro", dim=(-2, -1), keepdim=False, *, dtype=None, out=No
     if ord in ("nuc", 2, -2):
         check_precision("linalg.matrix_norm", A)
         s = svdvals(A.movedim((d0, d1), (-2, -1)))
-        r = s.sum(-1) if ord == "nuc" else s.amax(-1) if ord == 2 else s.amin(-1)
+        # (the largest singular value of none is 0, as the largest row sum below; the smallest raises)
+        r = s.sum(-1) if ord == "nuc" or ord == 2 and s.shape[-1] == 0 else s.amax(-1) if ord == 2 else s.amin(-1)
         if keepdim:
             r = r.unsqueeze(min(d0, d1)).unsqueeze(max(d0, d1))
         return _written("norm", r, out)

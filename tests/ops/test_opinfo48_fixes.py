@@ -188,7 +188,7 @@ def test_narrow_copy_of_a_dim_past_the_last_raises_torchs_runtime_error():
 
 
 @pytest.mark.parametrize("shape", [(0, 0), (0, 3), (3, 0), (2, 0, 0), (2, 0, 3), (2, 3, 0)])
-@pytest.mark.parametrize("ord", [1, -1, np.inf, -np.inf])
+@pytest.mark.parametrize("ord", [1, -1, np.inf, -np.inf, 2, -2, "nuc"])
 @pytest.mark.parametrize("keepdim", [False, True])
 def test_matrix_norm_of_an_empty_matrix_as_torch(shape, ord, keepdim):
     """OpInfo linalg.norm float32 sample #68 (a 0x0 matrix, ord=inf): torch's largest row or column sum of none
