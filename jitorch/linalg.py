@@ -100,7 +100,8 @@ def matrix_norm(A, ord="fro", dim=(-2, -1), keepdim=False, *, dtype=None, out=No
     if ord in ("nuc", 2, -2):
         check_precision("linalg.matrix_norm", A)
         s = svdvals(A.movedim((d0, d1), (-2, -1)))
-        r = s.sum(-1) if ord == "nuc" else s.amax(-1) if ord == 2 else s.amin(-1)
+        # (the largest singular value of none is 0, as the largest row sum below; the smallest raises)
+        r = s.sum(-1) if ord == "nuc" or ord == 2 and s.shape[-1] == 0 else s.amax(-1) if ord == 2 else s.amin(-1)
         if keepdim:
             r = r.unsqueeze(min(d0, d1)).unsqueeze(max(d0, d1))
         return _written("norm", r, out)
@@ -108,7 +109,8 @@ def matrix_norm(A, ord="fro", dim=(-2, -1), keepdim=False, *, dtype=None, out=No
     # 1-norms: largest column sum (sum over rows first); inf-norms: largest row sum
     first, second = (d0, d1) if abs(ord) == 1 else (d1, d0)
     r = A.abs().sum(first, keepdim=True)
-    r = getattr(r, extreme)(second, keepdim=True)
+    # torch's largest sum of none is 0 (its smallest raises, as amin of an empty dim)
+    r = r.sum(second, keepdim=True) if ord > 0 and r.shape[second] == 0 else getattr(r, extreme)(second, keepdim=True)
     return _written("norm", r if keepdim else r.squeeze((d0, d1)), out)
 
 
@@ -329,10 +331,14 @@ def matrix_rank(A, tol=None, hermitian=False, *, atol=None, rtol=None, out=None)
         raise RuntimeError("This function doesn't handle types other than float and double")
     atol, rtol = _tolerances(atol, rtol, tol, None)
     s = eigvalsh(A).abs() if hermitian else svdvals(A)
+    # tolerances may be tensors, one per matrix of the batch (torch's unsqueeze(-1) against the singular values)
+    absolute = _jt.as_tensor(0.0 if atol is None else atol, dtype=s.dtype)
     if rtol is None:
-        rtol = _jt.finfo(A.dtype).eps * max(A.shape[-2:]) if atol is None or atol <= 0 else 0.0
+        default = _jt.finfo(A.dtype).eps * max(A.shape[-2:])
+        rtol = default if atol is None else _jt.where(absolute > 0, 0.0, default)
+    relative = _jt.as_tensor(rtol, dtype=s.dtype)
     largest = s.amax(-1, keepdim=True) if s.shape[-1] else _jt.zeros_like(s[..., :1])
-    cutoff = (largest * rtol).clamp_min(atol or 0.0)
+    cutoff = _jt.maximum(relative.unsqueeze(-1) * largest, absolute.unsqueeze(-1))
     return _written("norm", (s > cutoff).sum(-1), out)
 
 

@@ -62,10 +62,14 @@ def group_norm(input, num_groups, weight=None, bias=None, eps=1e-05, cudnn_enabl
 
 def native_layer_norm(input, normalized_shape, weight, bias, eps):
     """``torch.native_layer_norm``: the layer norm, with the mean and reciprocal standard deviation over the
-    normalised dims, kept as size-1 dims."""
+    normalised dims, kept as size-1 dims. As torch's, the mean and rstd are not differentiable (its
+    derivatives.yaml: ``output_differentiability: [True, False, False]``): they never require grad. A half
+    type's are computed in float32 and rounded once, as torch's kernel's."""
     dims = tuple(range(input.ndim - len(normalized_shape), input.ndim))
-    mean = input.mean(dims, keepdim=True)
-    rstd = (input.var(dims, unbiased=False, keepdim=True) + eps).rsqrt()
+    with jt.no_grad():
+        x = input.float() if input.dtype in (jt.float16, jt.bfloat16) else input
+        mean = x.mean(dims, keepdim=True).to(input.dtype)
+        rstd = (x.var(dims, unbiased=False, keepdim=True) + eps).rsqrt().to(input.dtype)
     return F.layer_norm(input, normalized_shape, weight, bias, eps), mean, rstd
 
 

@@ -1295,7 +1295,8 @@ def unfold(input, kernel_size, dilation=1, padding=0, stride=1):
     if input.ndim not in (3, 4) or 0 in input.shape[-3:]:
         raise RuntimeError("Expected 3D or 4D (batch mode) tensor with possibly 0 batch size and other non-zero "
                            f"dimensions for input, but got: {list(input.shape)}")
-    _check_floating(input, "im2col_out_cpu")
+    if input.dtype is not jt.bool:  # (torch's im2col kernel serves bool beside the float types, as col2im)
+        _check_floating(input, "im2col_out_cpu")
     out = _sliding_blocks(input.shape[-2:], a)
     if min(out) < 1:
         raise RuntimeError(f"Given input with spatial size {tuple(input.shape[-2:])}, kernel_size={a['kernel_size']}, "
@@ -1331,6 +1332,8 @@ def fold(input, output_size, kernel_size, dilation=1, padding=0, stride=1):
     if min(blocks) < 1:
         raise RuntimeError(f"Given output_size={a['output_size']}, {_sliding_geometry(a)}, calculated shape of the "
                            f"array of sliding blocks as {blocks}, which is too small (non-positive)")
+    if input.dtype is not jt.bool:  # (torch's col2im kernel serves bool, summing as or, and the float types)
+        _check_floating(input, "col2im_out_cpu")
     x = input if input.ndim == 3 else input.unsqueeze(0)
     n, c = x.shape[0], rows // (kernel[0] * kernel[1])
     (h, w), (ph, pw) = a["output_size"], a["padding"]
@@ -2069,13 +2072,19 @@ def leaky_relu(input, negative_slope=0.01, inplace=False):
 
 
 def logsigmoid(input):
-    """``log(sigmoid(x))`` without overflow: ``min(x, 0) - log1p(exp(-|x|))``.
-
-    ``min(x, 0)`` is written ``(x - |x|) / 2`` so that the gradient at 0 is torch's 1/2.
-    """
+    """``log(sigmoid(x))`` without overflow: ``min(x, 0) - log1p(exp(-|x|))``, laid out contiguously as torch's
+    ``log_sigmoid_forward`` (not in the input's memory order)."""
     _check_floating(input, "log_sigmoid_cpu")
+    return _log_sigmoid(input).contiguous()
+
+
+def _log_sigmoid(input):
+    """`logsigmoid` in the input's memory order (the losses and activations built on it are torch's
+    pointwise compositions). ``min(x, 0)`` is written ``(x - |x|) / 2`` so that the gradient at 0 is torch's
+    1/2, and is 0 at +inf, where that form is inf - inf."""
     magnitude = input.abs()
-    return 0.5 * (input - magnitude) - (-magnitude).exp().log1p()
+    low = jt.where(input == math.inf, 0.0, 0.5 * (input - magnitude))
+    return low - (-magnitude).exp().log1p()
 
 
 @autocasts("softplus")
@@ -2084,7 +2093,7 @@ def softplus(input, beta=1.0, threshold=20.0):
     """``log(1 + exp(beta x)) / beta``, and ``x`` itself where ``beta x > threshold``."""
     _check_floating(input, "softplus_cpu")
     scaled = input * beta
-    return jt.where(scaled > threshold, input, -logsigmoid(-scaled) / beta)
+    return jt.where(scaled > threshold, input, -_log_sigmoid(-scaled) / beta)
 
 
 def _check_floating(input, kernel):
@@ -2102,7 +2111,11 @@ def _result(input, out, inplace):
 def _elu(input, alpha, scale, input_scale, inplace):
     """torch's elu kernel: ``scale x`` where positive, ``scale alpha (exp(input_scale x) - 1)`` elsewhere."""
     _check_floating(input, "elu_cpu")
-    out = jt.where(input > 0, input, alpha * (input * input_scale).expm1())
+    # the exponential reads 0 where x > 0: its masked gradient 0 * exp(x) was NaN at +inf (a NaN input keeps
+    # its NaN gradient, as torch's vectorised kernel gives: docs/differences-from-torch.md, Autograd)
+    positive = input > 0
+    low = jt.where(positive, 0.0, input)
+    out = jt.where(positive, input, alpha * (low * input_scale).expm1())
     return _result(input, out * scale if scale != 1 else out, inplace)
 
 
@@ -2249,6 +2262,8 @@ def hardsigmoid(input, inplace=False):
     """``relu6(x + 3) / 6``."""
     _check_floating(input, "hardsigmoid_cpu")
     out = hardtanh(input + 3.0, 0.0, 6.0) / 6.0
+    # torch's backward passes a gradient only where -3 < x < 3: none at NaN, where hardtanh's passes it
+    out = jt.where(input.isnan(), input.detach(), out)
     return input.copy_(out) if inplace else out
 
 
@@ -2262,7 +2277,7 @@ def hardswish(input, inplace=False):
 def mish(input, inplace=False):
     """``x * tanh(softplus(x))``."""
     _check_floating(input, "mish_cpu")
-    out = input * (-logsigmoid(-input)).tanh()
+    out = input * (-_log_sigmoid(-input)).tanh()
     return input.copy_(out) if inplace else out
 
 
@@ -2708,7 +2723,7 @@ def binary_cross_entropy_with_logits(input, target, weight=None, size_average=No
     ``pos_weight`` weighs the positive term per class."""
     reduction = _reduction(size_average, reduce, reduction)
     _check_same_size(input, target, "Target size ({target}) must be the same as input size ({input})")
-    log_sig = logsigmoid(input)
+    log_sig = _log_sigmoid(input)
     if pos_weight is None:
         loss = (1 - target) * input - log_sig
     else:
@@ -2755,13 +2770,13 @@ def hinge_embedding_loss(input, target, margin=1.0, size_average=None, reduce=No
 def soft_margin_loss(input, target, size_average=None, reduce=None, reduction="mean"):
     """Two-class logistic loss ``log(1 + exp(-y x))``, computed as ``-logsigmoid(y x)`` so it cannot overflow."""
     reduction = _reduction(size_average, reduce, reduction)
-    return _reduce(-logsigmoid(target * input), reduction)
+    return _reduce(-_log_sigmoid(target * input), reduction)
 
 
 def multilabel_soft_margin_loss(input, target, weight=None, size_average=None, reduce=None, reduction="mean"):
     """Per sample, the mean over the classes (last dim) of the logistic losses of ``target`` in {0, 1}."""
     reduction = _reduction_not_valid(size_average, reduce, reduction)
-    loss = -(target * logsigmoid(input) + (1 - target) * logsigmoid(-input))
+    loss = -(target * _log_sigmoid(input) + (1 - target) * _log_sigmoid(-input))
     if weight is not None:
         loss = loss * weight
     return _reduce(loss.sum(input.ndim - 1) / input.shape[-1], reduction)

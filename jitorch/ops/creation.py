@@ -665,6 +665,23 @@ defop(f"logspace(Scalar start, Scalar end, int steps, float base=10.0, *, {OPTIO
       doc="``base`` raised to ``steps`` evenly spaced exponents from ``start`` to ``end``.")
 
 
+def _zero_dim_bounds(op_name, convert):
+    """``linspace``/``logspace``'s argument converter, after torch's refusal of a ``start`` or ``end`` tensor
+    of any dims (a RuntimeError naming the dims of each tensor bound, where the converter's would be a
+    TypeError: a Scalar argument takes a 0-d tensor only)."""
+    def converted(args):
+        bounds = [(name, v.ndim) for name, v in zip(("start", "end"), args[:2]) if isinstance(v, registry.Tensor)]
+        if any(ndim for _, ndim in bounds):
+            dims = " and ".join(f"{name} with {ndim} dimension(s)" for name, ndim in bounds)
+            raise RuntimeError(f"{op_name} only supports 0-dimensional start and end tensors, but got {dims}.")
+        return convert(args)
+    return converted
+
+
+for _name in ("linspace", "logspace"):
+    registry.OPS[_name].convert = _zero_dim_bounds(_name, registry.OPS[_name].convert)
+
+
 def _eye_meta(n, m, dtype, device):
     if n < 0:
         raise RuntimeError(f"n must be greater or equal to 0, got {n}")

@@ -919,12 +919,20 @@ def reduce_identity(reduce, npd):
         return 0
     if reduce == "prod":
         return 1
-    lo, hi = (-np.inf, np.inf) if npd.kind == "f" else (np.iinfo(npd).min, np.iinfo(npd).max)
+    lo, hi = (-np.inf, np.inf) if npd.kind == "f" else (False, True) if npd.kind == "b" else \
+        (np.iinfo(npd).min, np.iinfo(npd).max)
     return lo if reduce == "amax" else hi
 
 
+def _scatter_reduce_meta(x, dim, index, src, reduce, include_self):
+    spec = _scatter_checks(x, dim, index, src, reduce, _SCATTER_REDUCE_REDUCES)
+    if reduce == "mean" and x.dtype is _dt.bool:  # (torch's mean kernel has no bool: it divides)
+        raise NotImplementedError("\"scatter_gather_tensor_cpu_reduce_mean\" not implemented for 'Bool'")
+    return spec
+
+
 defop("scatter_reduce(Tensor self, int dim, Tensor index, Tensor src, str reduce, *, bool include_self=True) -> Tensor",
-      meta=lambda x, dim, index, src, reduce, inc: _scatter_checks(x, dim, index, src, reduce, _SCATTER_REDUCE_REDUCES),
+      meta=_scatter_reduce_meta,
       cpu=_scatter_reduce_cpu, kind="index", overlap=_self_may_be_out("src"),
       variants=("function", "method", "inplace", "out"),
       doc="``self`` with ``src`` reduced (sum, prod, mean, amax, amin) into the positions ``index`` gives "

@@ -1006,6 +1006,43 @@ _declare("ldexp", BINARY, _ldexp, INT_TO_FLOAT, "``self * 2 ** other`` in the pr
          "``other``'s dtype (integers: the default float dtype), as torch's ``mul(self, pow(2.0, other))``.",
          check=_check_ldexp, uncast=("other",), overlap={"self": "partial"},  # (torch's mul reads ``other``'s power, a new tensor)
          unrounded="scalars")  # (a 0-d exponent's power is mul's 0-d operand: a kernel must not round it to a half)
+
+
+def _ldexp_multiplies_by_a_power(x, other):
+    """Whether torch's ldexp of ``x`` by the tensor ``other`` is ``mul(x, pow(2.0, other))``, whose power is a
+    new contiguous tensor (other's memory order takes no part), rather than its kernel on ``x`` and ``other``
+    (TensorIterator's order of both). Measured with torch 2.13 (a transposed ``other``): an integer or bool
+    ``x``, and a float32 ``x`` by a floating ``other``, take the power; other float ``x`` and an integer
+    ``other`` beside a float32 ``x`` the kernel."""
+    dtype = getattr(x, "dtype", None)
+    if dtype is None:
+        return False
+    return not dtype.is_floating_point or dtype is _dt.float32 and other.dtype.is_floating_point
+
+
+def _ldexp_layout(by_power, by_kernel):
+    def rule(spec, x, other, *rest):
+        use = by_power if isinstance(other, registry.Tensor) and _ldexp_multiplies_by_a_power(x, other) \
+            else by_kernel
+        return use(spec, x, other, *rest)
+    return rule
+
+
+def _ldexp_fast(fast):
+    """ldexp's fast path, leaving to the general path (`_ldexp_layout`) a call whose exponent's memory order
+    torch's ``pow(2.0, other)`` drops."""
+    def call(args, record=True):
+        x, other = args[0], args[1] if len(args) > 1 else None
+        if isinstance(other, registry.Tensor) and not other.is_contiguous() and \
+                _ldexp_multiplies_by_a_power(x, other):
+            return None
+        return fast(args, record)
+    return call
+
+
+registry.OPS["ldexp"].layout = _ldexp_layout(memory_order((0, 1), frozenset({1}), fresh=frozenset({1})),
+                                             registry.OPS["ldexp"].layout)
+registry.OPS["ldexp"].fast = _ldexp_fast(registry.OPS["ldexp"].fast)
 _declare("xlogy", BINARY, _xlogy, INT_TO_FLOAT,
          "``self * log(other)``, 0 where ``self`` is 0 (unless ``other`` is NaN).")
 _declare("logaddexp2", BINARY, np.logaddexp2, DEFAULT,

@@ -179,10 +179,11 @@ def defpointwise(schema, formula, promotion=M.DEFAULT, *, variants=("function", 
     return op
 
 
-def memory_order(positions, keep):
+def memory_order(positions, keep, fresh=frozenset()):
     """The layout rule of a pointwise op whose operands are at ``positions`` (``keep``: those it reads in their
-    own dtype): torch's TensorIterator's (`iterator_strides`, where NumPy's order "K" may differ), on every
-    device."""
+    own dtype; ``fresh``: those torch's kernel reads as a new contiguous tensor computed from them, as ldexp's
+    ``pow(2.0, other)``): torch's TensorIterator's (`iterator_strides`, where NumPy's order "K" may differ), on
+    every device."""
     def layout(spec, *args):
         common = spec.compute if spec.dtype is _dt.bool else spec.dtype
         operands, same_shape = [], True
@@ -191,7 +192,7 @@ def memory_order(positions, keep):
             if not isinstance(a, registry.Tensor):
                 same_shape = same_shape and a is None  # (a number is a 0-d operand; None is no operand)
                 continue
-            strides = a._stride
+            strides = contiguous_strides_cached(a._shape) if i in fresh else a._stride
             if a.dtype is not common and i not in keep:
                 # torch's TensorIterator reads a copy in the common dtype (``a.to(common)``: preserve_format)
                 strides = like_strides(a._shape, strides) or contiguous_strides_cached(a._shape)

@@ -35,6 +35,10 @@ defop("positive(Tensor self) -> Tensor", composite=_positive, kind="view", varia
 
 
 def _narrow_copy(x, dim, start, length):
+    if x.ndim and dim >= x.ndim:  # (torch's narrow_copy checks a dim past the last before wrapping: not IndexError)
+        raise RuntimeError("Expected dim < static_cast<int64_t>(self_sizes.size()) to be true, but got false.  "
+                           "(Could this error message be improved?  If so, please report an enhancement request to "
+                           "PyTorch.)")
     return x.narrow(dim, start, length).clone(memory_format=contiguous_format)
 
 

@@ -1037,3 +1037,19 @@ defop("_as_strided_add(Tensor self, Tensor src, int[] size, int[] stride, int? s
 
 
 __all__ = ["memory_format", "preserve_format", "contiguous_format", "dense_strides", "compact_window"]
+
+
+def _integral_start(convert):
+    """``narrow``'s argument converter, after the check of torch's ``narrow(Tensor self, int dim, Tensor start,
+    int length)`` overload: a tensor ``start`` must be 0-d of an integer dtype (a bool or float one, or one of
+    more dims, raises its RuntimeError, where the int converter took a 0-d bool as a number)."""
+    def converted(args):
+        start = args[2] if len(args) > 2 else None
+        if isinstance(start, registry.Tensor) and (start.ndim != 0 or start.dtype.is_floating_point
+                                                   or start.dtype.name == "bool"):
+            raise RuntimeError("start must be an 0-dim integral Tensor.")
+        return convert(args)
+    return converted
+
+
+registry.OPS["narrow"].convert = _integral_start(registry.OPS["narrow"].convert)

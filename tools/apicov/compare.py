@@ -33,6 +33,8 @@ def torch_to_numpy(t):
     """A NumPy copy of a torch tensor; bfloat16 as ml_dtypes.bfloat16. Complex and sparse are skipped."""
     if t.is_complex() or t.layout != torch.strided or t.is_quantized:
         raise SkipSample("complex, sparse or quantized sample")
+    if t.device.type == "meta":  # (jitorch's meta tensors are its own: a sample of torch's holds no values)
+        raise SkipSample("meta tensor")
     t = t.detach().resolve_neg()
     if t.dtype == torch.bfloat16:
         return t.view(torch.int16).numpy().copy().view(ml_dtypes.bfloat16)

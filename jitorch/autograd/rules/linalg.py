@@ -403,7 +403,8 @@ def _ormqr(g, a, out):
         G = reflect(j, G)
     grads = {}
     if wanted(a.self):
-        grads["self"] = jt.cat(gv + [jt.zeros_like(V[..., :, :1])] * (n - k), -1).tril(-1)
+        # (a matrix without columns has no reflectors: its empty gradient, where cat of no parts would raise)
+        grads["self"] = jt.cat(gv + [jt.zeros_like(V[..., :, :1])] * (n - k), -1).tril(-1) if n else jt.zeros_like(A)
     if wanted(a.input2):
         grads["input2"] = jt.stack(gtau, -1) if k else jt.zeros_like(tau)
     if wanted(a.input3):

@@ -15,6 +15,7 @@ import math
 from types import SimpleNamespace
 
 from ...ops import functions as jt
+from ...ops.registry import OPS
 from jitorch.ops.meta import wrap_dim
 from jitorch.ops.reductions import norm_order
 from jitorch.runtime import dtypes as _dt
@@ -209,12 +210,22 @@ def _std(g, a, out):
     return _var(over_nonzero(g, out * 2), a, out)
 
 
+def _nuclear(g, a):
+    """The nuclear norm's gradient, as torch's through its singular values: ``g U Vh`` of the reduced SVD of each
+    matrix over ``dim`` (every dim of a matrix without one)."""
+    x = a.self
+    dims = tuple(range(x.ndim)) if a.dim is None else tuple(d % x.ndim for d in a.dim)
+    u, _, vh = OPS["_linalg_svd"](x.movedim(dims, (-2, -1)), False, True, None)
+    g = g.squeeze(dims) if a.keepdim else g
+    return (g[..., None, None] * u.matmul(vh)).movedim((-2, -1), dims)
+
+
 def _norm(g, a, out):
     """torch's norm_backward, by the vector order ``p``; the gradient is 0 where the norm is 0."""
     x = a.self
     p = norm_order(a.p, a.dim)
     if p == "matrix":
-        raise NotImplementedError(f"the derivative for 'norm' with p={a.p!r} is not implemented")
+        return _nuclear(g, a)
     g, norm = unreduce(g, x, a.dim, a.keepdim), unreduce(out, x, a.dim, a.keepdim)
     if p == 1:
         return x.sign() * g
