@@ -864,9 +864,10 @@ def _call_rule(node, grads, create_graph):
         needed = getattr(rule.backward, "grads_of", None)  # (`passes_gradient`)
         if needed is not None and all(grads.get(k) is None for k in needed):
             return [None] * len(node.input_specs)
+        fill = not getattr(rule.backward, "undefined_grads", False)  # (`rule.undefined_grads`)
         g = tuple(grads.get(k) if grads.get(k) is not None else
                   (registry.FUNCTIONS["zeros"](tuple(o.shape), dtype=o.dtype, device=o.device)
-                   if isinstance(o, (Tensor, Unsaved)) else None)
+                   if fill and isinstance(o, (Tensor, Unsaved)) else None)
                   for k, o in enumerate(outs))
     result = rule.backward(g, Args(op.schema, args, op.arg_names), out)
     names = op.arg_names

@@ -107,6 +107,15 @@ def only_with_grads_of(outputs, rule):
     return rule
 
 
+def undefined_grads(rule):
+    """``rule`` (of an op with several outputs), which takes None, as torch's undefined gradient, for an output
+    that received no gradient, where the zeros the engine fills in would change its result: torch's svd_backward
+    from the singular values' gradient alone is ``U diag(gS) Vh``, where zeros for U's and Vh's gradients divide
+    0 by the differences of repeated singular values (the nuclear norm's gradient at a zero matrix was NaN)."""
+    rule.undefined_grads = True
+    return rule
+
+
 def only_if(predicate, rule):
     """``rule``, which gives no gradient at all, as torch's undefined one, unless ``predicate(a)`` holds of
     the op's arguments (from their geometry alone, which a compiled trace fixes): torch's

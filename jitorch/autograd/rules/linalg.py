@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 
 from jitorch.autograd.rule import (defgrad, differentiates, is_linearizing, nondifferentiable, not_implemented, only_if,
-                                   only_with_grads_of, reads)
+                                   only_with_grads_of, reads, undefined_grads)
 from jitorch.autograd.rules.common import per_input, wanted
 from jitorch.autograd.rules.structural import _scaled, sum_to
 from jitorch.ops import functions as jt
@@ -213,14 +213,20 @@ def _qr(g, a, out):
 
 def _svd(g, a, out):
     """torch's svd_backward for real matrices with distinct singular values; with full_matrices the extra
-    columns of U and rows of Vh take no part."""
+    columns of U and rows of Vh take no part. From the singular values' gradient alone (U's and Vh's undefined:
+    svdvals, the nuclear and spectral norms) it is ``U diag(gS) Vh``, defined for repeated singular values too."""
     (U, S, Vh), (gU, gS, gVh) = out, g
     if not a.compute_uv:
         raise NotImplementedError("the derivative for '_linalg_svd' is not implemented without U and Vh "
                                   "(compute_uv=False): linalg.svdvals computes them when differentiated")
     k = S.shape[-1]
     if a.full_matrices:
-        U, gU, Vh, gVh = U[..., :k], gU[..., :k], Vh[..., :k, :], gVh[..., :k, :]
+        U, Vh = U[..., :k], Vh[..., :k, :]
+    if gU is None and gVh is None:
+        return U.matmul(gS.unsqueeze(-1) * Vh) if gS is not None else jt.zeros_like(a.A)
+    gS = jt.zeros_like(S) if gS is None else gS
+    gU = jt.zeros_like(U) if gU is None else gU[..., :k]
+    gVh = jt.zeros_like(Vh) if gVh is None else gVh[..., :k, :]
     m, n = U.shape[-2], Vh.shape[-1]
     UhgU = U.mT.matmul(gU)
     VhgV = Vh.matmul(gVh.mT)
@@ -254,7 +260,7 @@ def _eigh(g, a, out):
 
 
 defgrad("linalg_qr", per_input(A=reads("result", _qr)))
-defgrad("_linalg_svd", per_input(A=reads("result", _svd)))
+defgrad("_linalg_svd", undefined_grads(per_input(A=reads("result", _svd))))
 defgrad("_linalg_eigh", per_input(A=reads("result", _eigh)))
 
 
