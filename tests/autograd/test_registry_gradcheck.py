@@ -80,12 +80,11 @@ WRAPPERS = frozenset({"inverse", "qr", "svd", "cholesky", "pinverse", "linalg_ls
 
 
 def _no_derivative(op, args):
-    """Calls whose gradient is not implemented: the nuclear norm (it needs an SVD's), an SVD or eigendecomposition
-    without its vectors and, as in torch, scatter with reduce= (torch's autograd fallback serves it) and zeta's,
+    """Calls whose gradient is not implemented: an SVD or eigendecomposition without its vectors and, as in torch, scatter with reduce= (torch's autograd fallback serves it) and zeta's,
     igamma's and igammac's in their first argument (their second argument's: tests/ops/test_special_cephes.py)."""
     fallback = op.attrs.get("autograd_fallback")
     without_vectors = op.name in ("_linalg_svd", "_linalg_eigh") and not args[2]  # (svdvals, eigvalsh compute them)
-    return (op.name == "norm" and args[1] == "nuc" or without_vectors
+    return (without_vectors
             or fallback is not None and fallback(args)
             or op.name in ("special_zeta", "igamma", "igammac") and isinstance(args[0], jt.Tensor)
             and args[0].numel() > 0)

@@ -245,12 +245,6 @@ def test_norms_and_deviations_of_zero_have_zero_gradients():
         assert np.isfinite(g).all() and not g[0].any()
 
 
-def test_nuclear_norm_has_no_derivative():
-    x = leaf(np.eye(3))
-    with pytest.raises(NotImplementedError, match="derivative for 'norm' with p='nuc' is not implemented"):
-        x.norm("nuc").backward()
-
-
 @pytest.mark.parametrize("lib", [torch, jt], ids=["torch", "jitorch"])
 def test_erfinv_backward_reads_its_input_so_a_write_into_its_result_is_allowed(lib):
     """Fuzz seed 7100028: erfinv's backward read its result, so writing into the result raised jitorch's version
