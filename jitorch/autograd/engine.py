@@ -512,18 +512,45 @@ def saving(*names, in_place=True):
     nothing (torch's ``hardtanh_`` saves a copy of its input from before the write, as the composition's
     in-place node does)."""
     def decorate(fn):
-        params = list(inspect.signature(fn).parameters)
-        positions = [(params.index(n), n) for n in names]
-        flag = None if in_place else params.index("inplace")
+        saved = _arguments_named(fn, names)
+        flag = None if in_place else _arguments_named(fn, ("inplace",))
 
         @functools.wraps(fn)
         def saving_call(*args, **kwargs):
             out = fn(*args, **kwargs)
             if isinstance(out, registry.Tensor) and out._requires_grad and not (
-                    flag is not None and (args[flag] if flag < len(args) else kwargs.get("inplace"))):
-                saves_also(out, [args[i] if i < len(args) else kwargs.get(n) for i, n in positions])
+                    flag is not None and flag(args, kwargs)[0]):
+                saves_also(out, saved(args, kwargs))
             return out
         return saving_call
+    return decorate
+
+
+def _arguments_named(fn, names):
+    """A function of a call's ``(args, kwargs)`` giving the values of ``fn``'s parameters ``names`` (None
+    where a call leaves one to its default)."""
+    params = list(inspect.signature(fn).parameters)
+    positions = [(params.index(n), n) for n in names]
+    return lambda args, kwargs: [args[i] if i < len(args) else kwargs.get(n) for i, n in positions]
+
+
+def not_differentiable(function, *names):
+    """Decorate a function that computes torch's op ``function`` whose arguments ``names`` have no derivative
+    (derivatives.yaml's ``non_differentiable``: nll_loss's ``weight``, soft_margin_loss's ``target``): as
+    torch's autograd does before computing, the call raises where grad mode is on and one of them requires
+    grad, rather than giving a gradient torch refuses (or none, silently)."""
+    def decorate(fn):
+        values = _arguments_named(fn, names)
+
+        @functools.wraps(fn)
+        def checked_call(*args, **kwargs):
+            if is_grad_enabled():
+                for name, value in zip(names, values(args, kwargs)):
+                    if isinstance(value, registry.Tensor) and value._requires_grad:
+                        raise RuntimeError(f"The function '{function}' is not differentiable with respect to "
+                                           f"argument '{name}'. This input cannot have requires_grad True.")
+            return fn(*args, **kwargs)
+        return checked_call
     return decorate
 
 

@@ -23,7 +23,7 @@ from typing import NamedTuple
 import numpy as np
 
 import jitorch as jt
-from jitorch.autograd.engine import saves_also, saving as _saves
+from jitorch.autograd.engine import not_differentiable, saves_also, saving as _saves
 from jitorch.compiler import is_compiling
 from jitorch.ops.attention import attention_fast, fused as _fused_attention
 from jitorch.ops.autocast import autocasts
@@ -1390,6 +1390,7 @@ def _computed_in_float32(norm):
 
 
 @_saves("input", "weight")
+@not_differentiable("native_batch_norm", "running_mean", "running_var")
 @_computed_in_float32
 def batch_norm(input, running_mean, running_var, weight=None, bias=None, training=False, momentum=0.1, eps=1e-5):
     """Normalise over every dim but the channel dim 1. In training, batch statistics are used and the
@@ -1495,6 +1496,7 @@ def group_norm(input, num_groups, weight=None, bias=None, eps=1e-5):
 
 
 @_saves("input")
+@not_differentiable("native_batch_norm", "running_mean", "running_var")
 @_computed_in_float32
 def instance_norm(input, running_mean=None, running_var=None, weight=None, bias=None, use_input_stats=True,
                   momentum=0.1, eps=1e-5):
@@ -2573,6 +2575,7 @@ def _class_last(input):
 
 @autocasts("nll_loss")
 @_saves("input", "target", "weight")
+@not_differentiable("nll_loss_forward", "weight")
 def nll_loss(input, target, weight=None, size_average=None, ignore_index=-100, reduce=None, reduction="mean"):
     """``-weight[t] * input[t]`` per target class ``t`` (class dim 1); 'mean' divides by the summed
     weights of the targets that are not ``ignore_index``."""
@@ -2580,10 +2583,6 @@ def nll_loss(input, target, weight=None, size_average=None, ignore_index=-100, r
     target = _check_targets(input, target)
     classes = input.shape[0] if input.ndim == 1 else input.shape[1]
     _check_class_weight(weight, classes)
-    if weight is not None and weight.requires_grad and jt.is_grad_enabled():
-        # (torch's nll_loss has no derivative for its weight and refuses one that requires grad, before computing)
-        raise RuntimeError("The function 'nll_loss_forward' is not differentiable with respect to argument "
-                           "'weight'. This input cannot have requires_grad True.")
     if weight is None and input.dtype in (jt.float32, jt.float64) and _all_picked(target, ignore_index, classes):
         # every target's weight is 1: the general formula's products by ones and their sum (exact counts) give
         # these bits, in five ops rather than a dozen (0.4 ms a step around the CNN benchmark's compiled model)
@@ -2703,6 +2702,7 @@ class _BinaryCrossEntropy(jt.autograd.Function):
 
 
 @autocasts("binary_cross_entropy")
+@not_differentiable("binary_cross_entropy", "weight")
 def binary_cross_entropy(input, target, weight=None, size_average=None, reduce=None, reduction="mean"):
     """``-w (y log x + (1 - y) log(1 - x))`` for probabilities ``x``, each log clamped at -100 as torch."""
     reduction = _reduction(size_average, reduce, reduction)
@@ -2717,6 +2717,7 @@ def binary_cross_entropy(input, target, weight=None, size_average=None, reduce=N
 
 @autocasts("binary_cross_entropy_with_logits")
 @_saves("input", "target", "weight", "pos_weight")
+@not_differentiable("binary_cross_entropy_with_logits", "weight", "pos_weight")
 def binary_cross_entropy_with_logits(input, target, weight=None, size_average=None, reduce=None, reduction="mean",
                                      pos_weight=None):
     """``binary_cross_entropy(sigmoid(x), y)`` computed stably from the logits ``x``;
@@ -2767,6 +2768,7 @@ def hinge_embedding_loss(input, target, margin=1.0, size_average=None, reduce=No
 
 @autocasts("soft_margin_loss")
 @_saves("input", "target")
+@not_differentiable("soft_margin_loss", "target")
 def soft_margin_loss(input, target, size_average=None, reduce=None, reduction="mean"):
     """Two-class logistic loss ``log(1 + exp(-y x))``, computed as ``-logsigmoid(y x)`` so it cannot overflow."""
     reduction = _reduction(size_average, reduce, reduction)
@@ -2884,6 +2886,7 @@ def _check_multi_margin(input, target, weight):
 
 @autocasts("multi_margin_loss")
 @_saves("input", "target", "weight")
+@not_differentiable("multi_margin_loss", "weight")
 def multi_margin_loss(input, target, p=1, margin=1.0, weight=None, size_average=None, reduce=None,
                       reduction="mean"):
     """Multi-class hinge loss: per sample with class ``y``, ``sum_{i != y} w[y] max(0, margin - x[y] + x[i])^p``
