@@ -2,7 +2,10 @@
 reuses is checked: `Node.input_values` kept with the argument tuple it was read from, generated op functions of one
 text compiled once, the code generator's sources digest found in the cache by the files' status."""
 
+import traceback
+
 import numpy as np
+import pytest
 
 import jitorch as jt
 from jitorch.ir.graph import Graph, Node
@@ -97,3 +100,59 @@ def _values(arg):
     if isinstance(arg, (list, tuple)):
         return [v for a in arg for v in _values(a)]
     return []
+
+
+# ---- generated op functions: one compile per text ----
+
+
+def _counting_compiles(monkeypatch):
+    compiled = []
+    monkeypatch.setattr(registry, "_CODES", {})
+    monkeypatch.setattr(registry, "compile", lambda *a: compiled.append(a[1]) or compile(*a), raising=False)
+    return compiled
+
+
+def test_ops_whose_generated_variants_have_one_text_compile_it_once(monkeypatch):
+    """exp's and rsqrt's method variants are the same text but for their names: Python compiles it once, and each
+    function runs in its own op's globals (exp's computes exp, rsqrt's rsqrt), named and placed in tracebacks
+    as its op's."""
+    compiled = _counting_compiles(monkeypatch)
+    exp = registry._generate(registry.OPS["exp"], "method")
+    rsqrt = registry._generate(registry.OPS["rsqrt"], "method")
+    assert compiled == ["<jitorch op exp>"]
+    assert exp.__code__.co_code == rsqrt.__code__.co_code
+    assert (exp.__name__, exp.__qualname__, exp.__code__.co_filename) == ("exp", "exp", "<jitorch op exp>")
+    assert (rsqrt.__name__, rsqrt.__code__.co_name, rsqrt.__code__.co_filename) == \
+        ("rsqrt", "rsqrt", "<jitorch op rsqrt>")
+    x = jt.rand(5) + 0.5
+    assert exp(x).numpy().tobytes() == x.exp().numpy().tobytes()
+    assert rsqrt(x).numpy().tobytes() == x.rsqrt().numpy().tobytes()
+
+
+def test_converters_of_one_text_compile_once_and_raise_their_ops_errors(monkeypatch):
+    """neg's and logical_not's converters are one text: compiled once, each converts with its own op's rules, and a
+    bad argument's TypeError names its op, raised from that op's converter."""
+    compiled = _counting_compiles(monkeypatch)
+    neg = registry._make_converter(registry.OPS["neg"])
+    logical_not = registry._make_converter(registry.OPS["logical_not"])
+    assert compiled == ["<jitorch convert neg>"]
+    x = jt.ones(2)
+    assert neg((x,))[0] is x and logical_not((x,))[0] is x
+    for convert, name in ((neg, "neg"), (logical_not, "logical_not")):
+        with pytest.raises(TypeError, match=rf"^{name}\(\)") as info:
+            convert(("a string",))
+        assert f"<jitorch convert {name}>" in [frame.filename for frame in traceback.extract_tb(info.tb)]
+
+
+def test_variants_of_different_texts_are_compiled_apart(monkeypatch):
+    """add's function variant (alpha, out=) and sub's share a text; mul's differs and is compiled itself: a shared
+    code object is never handed to an op of another text."""
+    compiled = _counting_compiles(monkeypatch)
+    add = registry._generate(registry.OPS["add"], "function")
+    sub = registry._generate(registry.OPS["sub"], "function")
+    mul = registry._generate(registry.OPS["mul"], "function")
+    assert compiled == ["<jitorch op add>", "<jitorch op mul>"]
+    x, y = jt.randn(4), jt.randn(4)
+    assert add(x, y, alpha=2).numpy().tobytes() == (x + 2 * y).numpy().tobytes()
+    assert sub(x, y, alpha=2).numpy().tobytes() == (x - 2 * y).numpy().tobytes()
+    assert mul(x, y).numpy().tobytes() == (x * y).numpy().tobytes()
