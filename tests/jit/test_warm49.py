@@ -2,12 +2,16 @@
 reuses is checked: `Node.input_values` kept with the argument tuple it was read from, generated op functions of one
 text compiled once, the code generator's sources digest found in the cache by the files' status."""
 
+import os
+import shutil
 import traceback
 
 import numpy as np
 import pytest
 
 import jitorch as jt
+from jitorch.codegen import kernel
+from jitorch.codegen.cache import KernelCache, cache_key
 from jitorch.ir.graph import Graph, Node
 from jitorch.ir.values import TensorType
 from jitorch.ops import registry
@@ -156,3 +160,74 @@ def test_variants_of_different_texts_are_compiled_apart(monkeypatch):
     assert add(x, y, alpha=2).numpy().tobytes() == (x + 2 * y).numpy().tobytes()
     assert sub(x, y, alpha=2).numpy().tobytes() == (x - 2 * y).numpy().tobytes()
     assert mul(x, y).numpy().tobytes() == (x * y).numpy().tobytes()
+
+
+# ---- the code generator's sources digest, found by the files' status ----
+
+
+@pytest.fixture
+def sources(tmp_path):
+    """A copy of the package's hashed sources (their files' status: new inodes, change times of now)."""
+    root = tmp_path / "jitorch"
+    package = kernel.Path(kernel.__file__).resolve().parents[1]
+    for part in kernel.GENERATOR_SOURCES:
+        source = package / part
+        if source.is_dir():
+            shutil.copytree(source, root / part, ignore=shutil.ignore_patterns("__pycache__"))
+        else:
+            shutil.copy(source, root / part)
+    return root
+
+
+def test_the_sources_digest_comes_from_the_cache_until_a_file_changes(sources, tmp_path, monkeypatch):
+    """A second process finds the digest in the cache (reads no source); an edit that keeps the file's size and
+    sets its modification time back still changes its change time: the digest is hashed again, and is the
+    edited sources'."""
+    monkeypatch.setattr(kernel, "RACY_SECONDS", 0)  # (the copy's files are older than now, if only just)
+    hashed = kernel.sources_digest(sources)
+    store = KernelCache(tmp_path / "cache")
+    assert kernel.sources_digest(sources, store=store) == hashed and store.info().writes == 1
+    again = KernelCache(tmp_path / "cache")
+    monkeypatch.setattr(kernel.Path, "read_bytes", lambda self: pytest.fail(f"{self} read"))
+    assert kernel.sources_digest(sources, store=again) == hashed and again.info().disk_hits == 1
+    monkeypatch.undo()
+    monkeypatch.setattr(kernel, "RACY_SECONDS", 0)
+    edited = sources / "ops" / "meta.py"
+    status = edited.stat()
+    text = edited.read_bytes()
+    edited.write_bytes(text.replace(b"def ", b"def_", 1)[:-1] + b"\n")  # (same size)
+    os.utime(edited, ns=(status.st_atime_ns, status.st_mtime_ns))
+    assert edited.stat().st_size == status.st_size and edited.stat().st_mtime_ns == status.st_mtime_ns
+    changed = kernel.sources_digest(sources)
+    assert changed != hashed
+    assert kernel.sources_digest(sources, store=KernelCache(tmp_path / "cache")) == changed
+
+
+def test_sources_changed_within_the_racy_window_write_no_digest_entry(sources, tmp_path):
+    """Files changed less than `RACY_SECONDS` before they are listed (the copy's: just now) might be changed again
+    within their file system's clock tick and keep their status: no entry is written for them."""
+    store = KernelCache(tmp_path / "cache")
+    assert kernel.sources_digest(sources, store=store) == kernel.sources_digest(sources)
+    assert store.info().writes == 0 and store.info().entries == 0
+
+
+@pytest.mark.parametrize("payload", [b"not hex at all", b"ABCDEF" * 10 + b"0123", b"0" * 63, b"0" * 65,
+                                     b"\xff" * 64])
+def test_a_damaged_sources_digest_entry_is_hashed_again(sources, tmp_path, monkeypatch, payload):
+    """An entry under the listing's key that is no 64 lowercase hex digits (truncated, overlong, not text) is a miss:
+    the sources are hashed, and the digest is theirs."""
+    monkeypatch.setattr(kernel, "RACY_SECONDS", 0)
+    listing, _ = kernel._listing(sources, kernel.source_paths(sources))
+    KernelCache(tmp_path / "cache").put(cache_key("generator sources digest", listing), payload, listing)
+    store = KernelCache(tmp_path / "cache")
+    hashed = kernel.sources_digest(sources)
+    assert kernel.sources_digest(sources, store=store) == hashed
+    assert store.info().disk_hits == (len(payload) <= 64)  # (read and refused; a longer one is refused unread)
+    again = KernelCache(tmp_path / "cache")  # (the good digest took the damaged entry's place)
+    assert kernel.sources_digest(sources, store=again) == hashed and again.info().disk_hits == 1
+
+
+def test_the_fingerprint_is_the_packages_sources_digest():
+    """`generator_fingerprint` (the cache's or the hashed digest) is the installed package's sources' digest."""
+    package = kernel.Path(kernel.__file__).resolve().parents[1]
+    assert kernel.generator_fingerprint() == kernel.sources_digest(package)
