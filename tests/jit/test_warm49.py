@@ -68,12 +68,38 @@ def test_input_values_hand_out_a_new_list_each_call():
     assert node.input_values() == [a, b, c]
 
 
+def test_a_rewriter_substitutes_replaced_values_wherever_the_arguments_hold_them():
+    """`Rewriter.update_args` asks the node's kept values whether it names a replaced value: a plain argument, one in
+    a nested tuple and one in a list are substituted; a node naming none keeps its very tuple; a list edited in
+    place to name a replaced value after an earlier look is substituted at the next."""
+    from jitorch.ir.passes.rewrite import Rewriter
+    g, (a, b, c) = _graph_of_three()
+    plain = Node(registry.OPS["add"], (a, b, 1))
+    nested = Node(registry.OPS["add"], ((c, (b, 2)), a))
+    listed = Node(registry.OPS["cat"], ([a, c], 0))
+    untouched = Node(registry.OPS["add"], (a, c, 1))
+    rw = Rewriter(g)
+    rw.replaced[b] = c
+    for node in (plain, nested, untouched, listed):
+        node.input_tuple()
+    kept = untouched.args
+    for node in (plain, nested, untouched, listed):
+        rw.update_args(node)
+    assert plain.args == (a, c, 1) and plain.input_tuple() == (a, c)
+    assert nested.args == ((c, (c, 2)), a) and nested.input_values() == [c, c, a]
+    assert untouched.args is kept and listed.args == ([a, c], 0)
+    listed.args[0].append(b)
+    rw.update_args(listed)
+    assert listed.args == ([a, c, c], 0) and listed.input_tuple() == (a, c, c)
+
+
 def test_a_compiled_step_reads_each_nodes_arguments_once_per_tuple(monkeypatch):
     """Counts of repeated work: compiling a graph asks its nodes their values several times each (the GPT step:
-    26,000 calls for 2,000 nodes); the arguments are walked once per node and argument tuple, the other calls
-    get the kept answer, which is the walk's. And the compiled function computes eager's values."""
+    26,000 calls for 2,000 nodes, and each pass's `Rewriter.update_args`); the arguments are walked once per node
+    and argument tuple, the other calls get the kept answer, which is the walk's. And the compiled function
+    computes eager's values."""
     calls, walks = [], []
-    method = Node.input_values
+    method = Node.input_tuple
 
     def counted(node):
         kept = node._read is not None and node._read[0] is node.args
@@ -81,9 +107,9 @@ def test_a_compiled_step_reads_each_nodes_arguments_once_per_tuple(monkeypatch):
         if not kept:
             walks.append((node, node.args))
         got = method(node)
-        assert got == [v for a in node.args for v in (_values(a))]
+        assert list(got) == [v for a in node.args for v in (_values(a))]
         return got
-    monkeypatch.setattr(Node, "input_values", counted)
+    monkeypatch.setattr(Node, "input_tuple", counted)
 
     def f(x, y):
         z = x.matmul(y).relu()
