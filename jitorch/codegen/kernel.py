@@ -33,6 +33,8 @@ from __future__ import annotations
 import collections
 import functools
 import hashlib
+import re
+import time
 import weakref
 from dataclasses import dataclass, field, replace
 from typing import NamedTuple
@@ -1457,17 +1459,59 @@ def _instance(template, old_name, name, values, length=None):
 GENERATOR_SOURCES = ("runtime", "ops", "tensor.py", "_tensor_str.py", "ir", "codegen")
 
 
-def sources_digest(root, parts=GENERATOR_SOURCES):
+def sources_digest(root, parts=GENERATOR_SOURCES, store=None):
     """SHA-256 (hex) of the ``*.py`` files of ``parts`` (folders, searched recursively, or files) under
-    ``root``, each with its path."""
+    ``root``, each with its path.
+
+    With ``store`` (a `KernelCache`), the digest an earlier process computed from the same files is taken from it
+    instead of reading and hashing them (2 MB: 4-5 ms of each process's first compile), found by the files'
+    status: each one's path, size, inode, device and modification and change times in nanoseconds (see
+    `_listing`). Any write to a file changes its change time (which no tool sets back), and a file replaced by
+    another (an editor's save, a checkout) is another inode, so an edited tree finds no entry and is hashed again.
+    As git does for its index ("racily clean" files), an entry is written only when every file's change time lies
+    `RACY_SECONDS` before the listing was taken: a file written again within its file system's clock tick of the
+    listing might otherwise keep its status over an edit. The entry is 64 hex digits, checked as such."""
+    paths = source_paths(root, parts)
+    if store is not None:
+        from .cache import cache_key
+        listed_ns = time.time_ns()
+        listing, newest_ns = _listing(root, paths)
+        key = cache_key("generator sources digest", listing)
+        stored = store.get(key, listing, limit=64)
+        if stored is not None and _HEX_DIGEST.fullmatch(stored):
+            return stored.decode("ascii")
     h = hashlib.sha256()
+    for path in paths:
+        h.update(path.relative_to(root).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
+    digest = h.hexdigest()
+    if store is not None and newest_ns < listed_ns - RACY_SECONDS * 10**9:
+        store.put(key, digest.encode("ascii"), listing)
+    return digest
+
+
+def source_paths(root, parts=GENERATOR_SOURCES):
+    """The files `sources_digest` hashes, in its order: the ``*.py`` files of ``parts`` under ``root``."""
     paths = []
     for part in parts:
         path = root / part
         paths += sorted(path.rglob("*.py")) if path.is_dir() else [path]
+    return paths
+
+
+# A file changed this recently when `sources_digest` listed it keeps its digest from the cache (see there).
+RACY_SECONDS = 3
+_HEX_DIGEST = re.compile(rb"[0-9a-f]{64}")
+
+
+def _listing(root, paths):
+    """(the status lines of ``paths`` that key their digest, the newest change or modification time in ns)."""
+    lines, newest = [f"jitorch generator sources {len(paths)}"], 0
     for path in paths:
-        h.update(path.relative_to(root).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
-    return h.hexdigest()
+        st = path.stat()
+        lines.append(f"{path.relative_to(root).as_posix()} {st.st_size} {st.st_ino} {st.st_dev} {st.st_mtime_ns} "
+                     f"{st.st_ctime_ns}")
+        newest = max(newest, st.st_mtime_ns, st.st_ctime_ns)
+    return "\n".join(lines), newest
 
 
 @functools.cache
@@ -1477,8 +1521,11 @@ def generator_fingerprint():
     casts, the thread team's IR). A kernel-sources entry is named by its groups, not by the IR built for them,
     and jitorch's version does not change with an edit: without this, an entry written by another build of the
     same version (before a merge that changed a lowering, or erf's formula) handed this one its old kernels.
-    Read once per process, when an entry is first looked up (about 1.3 MB: 3-4 ms)."""
-    return sources_digest(Path(__file__).resolve().parents[1])
+    Computed once per process, when an entry is first looked up; the digest of files whose status the cache
+    folder knows is read from there (`sources_digest`: 2 MB read and hashed took 4-5 ms)."""
+    from .cache import KernelCache
+    # (a cache of its own, so that `default_cache`'s counts stay the kernels')
+    return sources_digest(Path(__file__).resolve().parents[1], store=KernelCache())
 
 
 # A cached kernel IR entry (`cached_ir`) of more bytes is refused unread (GPT's attention tiles: 78-80 KB).

@@ -847,7 +847,7 @@ def softmax_prologues(graph, groups):
     for bit (the same lowering of each node)."""
     readers = {}
     for node in graph.nodes:
-        for v in node.input_values():
+        for v in node.input_tuple():
             readers[v] = readers.get(v, 0) + 1
     sinks = set(graph.output_values()) | {v for _, v in graph.mutations}
     producer = {v: i for i, group in enumerate(groups) for v in group.outputs}
@@ -911,7 +911,7 @@ def permuted_for_products(graph, groups, wanted):
     sinks = set(graph.output_values()) | {v for _, v in graph.mutations}
     readers = {}
     for node in graph.nodes:
-        for v in node.input_values():
+        for v in node.input_tuple():
             readers.setdefault(v, []).append(node)
     found = {}
     for group in groups:
@@ -1060,14 +1060,14 @@ def split_refused(group):
     the square, sum and sqrt of its norm: one reduction kernel rather than three); else one group per node."""
     computed, lead = set(), []
     for node in group.nodes:
-        if node.op.view is not None and not any(v in computed for v in node.input_values()):
+        if node.op.view is not None and not any(v in computed for v in node.input_tuple()):
             lead.append(node)
         else:
             computed.update(node.outputs)
     rest = [node for node in group.nodes if node not in lead]
     if not lead or not rest:
         return [_alone(node) for node in group.nodes]
-    inputs = list(dict.fromkeys(v for n in rest for v in n.input_values() if v not in computed))
+    inputs = list(dict.fromkeys(v for n in rest for v in n.input_tuple() if v not in computed))
     outputs = [v for v in group.outputs if v in computed]
     return [_alone(node) for node in lead] + [Group(group.kind, rest, inputs, outputs, group.shape)]
 
@@ -1082,8 +1082,8 @@ def copy_then_views(group):
         return None
     head, tail = group.nodes[:last + 1], group.nodes[last + 1:]
     computed = {v for n in head for v in n.outputs}
-    inputs = list(dict.fromkeys(v for n in head for v in n.input_values() if v not in computed))
-    read_after = {v for n in tail for v in n.input_values()}
+    inputs = list(dict.fromkeys(v for n in head for v in n.input_tuple() if v not in computed))
+    read_after = {v for n in tail for v in n.input_tuple()}
     outputs = [v for n in head for v in n.outputs if v in group.outputs or v in read_after]
     return [Group("view", head, inputs, outputs, tuple(head[-1].outputs[0].type.shape))] + [_alone(n) for n in tail]
 

@@ -31,11 +31,11 @@ def run(graph):
     for node in reversed(graph.nodes):
         if has_effects(node) or any(o in live for o in node.outputs):
             kept.append(node)
-            live.update(node.input_values())
+            live.update(node.input_tuple())
         elif node.op.name in VALUE_CHECKED:
             check = _check_of(graph, node)
             kept.append(check)
-            live.update(check.input_values())
+            live.update(check.input_tuple())
     graph.nodes = kept[::-1]
     for name in [name for name, v in graph.constants.items() if v not in live]:
         del graph.constants[name]

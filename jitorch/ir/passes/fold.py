@@ -47,7 +47,7 @@ def _evaluate(node, known):
 
 def _foldable(node, known):
     return (not has_effects(node)
-            and (node.op.name in TYPE_ONLY or all(v in known for v in node.input_values()))
+            and (node.op.name in TYPE_ONLY or all(v in known for v in node.input_tuple()))
             and all(prod(o.type.shape) <= MAX_NUMEL for o in node.outputs))
 
 
@@ -67,7 +67,7 @@ def run(graph):
         known.update(zip(node.outputs, results))
         # a node of literals alone (a creation op) stays; so does a returned value (as a
         # constant, every call would hand back the same tensor)
-        if not node.input_values() or any(o in rw.returned for o in node.outputs):
+        if not node.input_tuple() or any(o in rw.returned for o in node.outputs):
             continue
         constants = [graph.add_constant(f"fold_{o.name}", t, o.type) for o, t in zip(node.outputs, results)]
         known.update(zip(constants, results))

@@ -165,14 +165,14 @@ def reduction_sides(red, nodes, reads=None, users=None):
     over the output broadcast back over the reduced dims: ``g - exp(out) * s`` after ``s = g.sum(-1,
     keepdim=True)``), computed in a second pass over each row once its results are known. Every other node
     (what the reductions read, their prologue, and the siblings they do not read) is evaluated at each input
-    element inside the loop. ``reads``: node -> the values it reads (``Node.input_values`` by default);
+    element inside the loop. ``reads``: node -> the values it reads (``Node.input_tuple`` by default);
     ``users``: value -> the nodes reading it (any: those of ``nodes`` count; by default found among
     ``nodes``). The walks start from the reductions and the epilogue, which are few, not from the whole group.
     (Where one of several reductions depends on another, the other is in its prologue: `dependent_reductions`
     says so, and such a group has no kernel form.)"""
     reds = set(red) if isinstance(red, (list, tuple, set, frozenset)) else {red}
     members = nodes if isinstance(nodes, (set, frozenset)) else set(nodes)
-    reads = reads or (lambda n: n.input_values())
+    reads = reads or (lambda n: n.input_tuple())
     if users is None:
         readers = {}
         for n in members:
@@ -218,7 +218,7 @@ def dependent_reductions(reds, nodes, reads=None):
     if len(reds) < 2:
         return False
     members = nodes if isinstance(nodes, (set, frozenset)) else set(nodes)
-    reads = reads or (lambda n: n.input_values())
+    reads = reads or (lambda n: n.input_tuple())
     for red in reds:
         seen, stack = set(), [red]
         while stack:
@@ -449,7 +449,7 @@ class _Partition:
         self.prologue_outputs = prologue_outputs
         self.order = {n: i for i, n in enumerate(graph.nodes)}
         self.kind = {n: kind_of(n) for n in graph.nodes}
-        self.reads = {n: n.input_values() for n in graph.nodes}  # read at every sweep over the edges
+        self.reads = {n: n.input_tuple() for n in graph.nodes}  # read at every sweep over the edges
         self.users = {}    # Value -> nodes reading it
         for n in graph.nodes:
             for v in self.reads[n]:

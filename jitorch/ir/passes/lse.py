@@ -162,7 +162,7 @@ def _candidates(graph):
     gathers read and the graph does not keep."""
     readers = {}
     for node in graph.nodes:
-        for v in dict.fromkeys(node.input_values()):
+        for v in dict.fromkeys(node.input_tuple()):
             readers.setdefault(v, []).append(node)
     kept = set(graph.output_values()) | {v for _, v in graph.mutations} | set(graph.layouts)
     found = {}

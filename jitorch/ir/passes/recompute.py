@@ -94,7 +94,7 @@ def _readers(graph):
     """{value: [nodes that read it, in graph order, each once]}."""
     readers = {}
     for node in graph.nodes:
-        for v in dict.fromkeys(node.input_values()):
+        for v in dict.fromkeys(node.input_tuple()):
             readers.setdefault(v, []).append(node)
     return readers
 
@@ -162,7 +162,7 @@ def _cone(value, readers, pinned, kind):
         if not _pointwise(v.node, kind) or len(nodes) == MAX_CONE:
             return None, None
         nodes.append(v.node)
-        stack.extend(v.node.input_values())
+        stack.extend(v.node.input_tuple())
     return nodes, leaves
 
 

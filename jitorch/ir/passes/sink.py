@@ -117,7 +117,7 @@ def _sinkable(graph, kept):
     written-back one's memory (eager's)."""
     readers = {}
     for node in graph.nodes:
-        for v in node.input_values():
+        for v in node.input_tuple():
             readers.setdefault(v, []).append(node)
     sinkable = set()
     for node in reversed(graph.nodes):  # (readers first)
