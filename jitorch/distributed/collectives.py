@@ -230,7 +230,9 @@ class _Blocks:
         self.ready = flat[_READINESS::BLOCK]  # every rank's, of an all-reduce through MPI (`_Plan`)
         self.written = None  # the header in ``mine`` now: a call like the last writes none
         self.plans = {}
-        self.hot = _COLD  # (array, op, plan) of the last all-reduce whose data travelled in the block (`all_reduce`)
+        # (weak reference to the array, op, plan) of the last all-reduce whose data travelled in the block
+        # (`all_reduce`): weak, as a small view's array holds all of its base's memory
+        self.hot = _COLD
         init = getattr(self.comm, "Allgather_init", None)
         self.persistent = None if init is None else init(self.mine, self.everyone)
         self.running = False  # the persistent all-gather was started and not seen finished
@@ -291,7 +293,7 @@ class _Blocks:
         self.persistent = None
 
 
-_COLD = (object(), object(), None)  # `_Blocks.hot` when no all-reduce is (no tensor's array nor op is either)
+_COLD = (lambda: None, None, None)  # `_Blocks.hot` when no all-reduce is (`all_reduce` takes no None array)
 
 
 def _blocks(pg):
@@ -525,16 +527,16 @@ def all_reduce(tensor, op=ReduceOp.SUM, group=None, async_op=False):
         # the group's last inline all-reduce, of the same array: a tensor's cached array is dropped whenever its
         # memory, shape or strides change, so the same array object is the same signature and the same memory
         # (2 ranks, 4 B: 0.5 us of the lookup below against 0.1)
-        hot = blocks.hot
-        if tensor._arr is hot[0] and op is hot[1]:
-            return hot[2].run_inline(tensor, hot[0], async_op)
+        hot, array = blocks.hot, tensor._arr
+        if array is hot[0]() and op is hot[1] and array is not None:
+            return hot[2].run_inline(tensor, array, async_op)
         if tensor.device.type == "cpu":
             plan = blocks.plans.get((tensor.dtype, tensor._shape, op))
             if plan is not None:
                 array = tensor._array()
                 if array.dtype is plan.array_dtype and array.strides == plan.strides:
                     if plan.inline:
-                        blocks.hot = (array, op, plan)
+                        blocks.hot = (weakref.ref(array), op, plan)
                     return plan.run(tensor, array, async_op)
     return _all_reduce(tensor, op, group, async_op)
 

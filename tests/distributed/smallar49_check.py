@@ -8,10 +8,13 @@ travels in the agreement's block (`collectives._Blocks.hot`, session 49). Prints
 - ``disagree``: ranks whose tensor is the group's hot one while the last rank calls another signature (shape,
   dtype, op, collective; its hot tensor resized or given other data) raise on every rank, naming each rank's
   call, every rank's tensor as it was, and the hot tensor all-reduces right afterwards; a tensor resized or
-  given new data on every rank takes its new signature; two groups, each with its hot tensor.
+  given new data on every rank takes its new signature; two groups, each with its hot tensor; the hot array
+  held weakly (a freed view's base memory goes).
 """
 
+import gc
 import sys
+import weakref
 
 import numpy as np
 
@@ -58,7 +61,7 @@ def same(got, want):
 
 def hot_is(t, group=None):
     """The group's hot all-reduce is ``t``'s array."""
-    assert resolve(group).signatures.hot[0] is t._arr, "the tensor given again did not take the hot path"
+    assert resolve(group).signatures.hot[0]() is t._arr, "the tensor given again did not take the hot path"
 
 
 def check_values():
@@ -203,6 +206,17 @@ def check_disagreements():
         same(mine, expected("MAX", [values(r, 2, call, "float32") for r in range(size)], "float32"))
     hot_is(t)
     hot_is(mine, group)
+    # the hot array is held weakly: a small view's array holds all of its base's memory, which goes with them
+    big = jt.zeros(1 << 20)
+    view = big[:3]
+    for _ in range(3):
+        dist.all_reduce(view)
+    hot_is(view)
+    gone = weakref.ref(view._arr)
+    del big, view
+    gc.collect()
+    assert gone() is None, "the group's hot all-reduce kept a freed tensor's memory"
+    still_hot(heated())
     # a world destroyed and made again has no hot tensor of the old one's
     dist.destroy_process_group()
     dist.init_process_group()
