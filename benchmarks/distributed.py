@@ -112,11 +112,8 @@ def mlp(lib, width):
 
 
 def ddp_rows(width, batch, repeat):
-    import torch
-    from torch.nn.parallel import DistributedDataParallel as TorchDDP
-
+    """ms per DDP step of jitorch, eager and compiled (torch's: `torch_ddp_rows`, once gloo's group exists)."""
     import jitorch as jt
-    import jitorch.distributed as dist
     from jitorch.nn.parallel import DistributedDataParallel as DDP
 
     rows = {}
@@ -133,6 +130,14 @@ def ddp_rows(width, batch, repeat):
         run = jt.compile(step) if mode == "compiled" else step
         run()
         rows[f"jitorch {mode}"] = timed(run, repeat)
+    return rows
+
+
+def torch_ddp_rows(width, batch, repeat):
+    """ms per DDP step of torch's DDP on gloo."""
+    import torch
+    from torch.nn.parallel import DistributedDataParallel as TorchDDP
+
     tmodel = TorchDDP(mlp(torch, width))
     topt = torch.optim.SGD(tmodel.parameters(), lr=0.01)
     tx, ty = torch.randn(batch, 256), torch.randint(0, 10, (batch,))
@@ -141,8 +146,7 @@ def ddp_rows(width, batch, repeat):
         topt.zero_grad()
         torch.nn.functional.cross_entropy(tmodel(tx), ty).backward()
         topt.step()
-    rows["torch eager"] = timed(tstep, repeat)
-    return rows
+    return {"torch eager": timed(tstep, repeat)}
 
 
 def deep_mlp(lib, width, layers):
@@ -176,13 +180,10 @@ class Parts:
 def overlap_rows(width, layers, batch, cap_mb, repeat):
     """What a synced DDP step costs over a step under no_sync, on an MLP deep enough for many buckets, for
     jitorch with the gradient hooks advancing MPI and with the progress thread, and for torch's DDP on gloo
-    (same bucket cap); against one all-reduce of every gradient, and (jitorch) against that all-reduce plus
-    the bucket copies a synced step makes (each gradient into its bucket, scaled, and the average back).
-    Also, for the hooks, where rank 0's main thread spends the difference (CPU time)."""
-    import torch
-    import torch.distributed as tdist
+    (same bucket cap, `torch_overlap_rows`); against one all-reduce of every gradient, and (jitorch) against
+    that all-reduce plus the bucket copies a synced step makes (each gradient into its bucket, scaled, and the
+    average back). Also, for the hooks, where rank 0's main thread spends the difference (CPU time)."""
     from mpi4py import MPI
-    from torch.nn.parallel import DistributedDataParallel as TorchDDP
 
     import jitorch as jt
     import jitorch.distributed as dist
@@ -232,6 +233,30 @@ def overlap_rows(width, layers, batch, cap_mb, repeat):
         for bucket in model._buckets:
             model._fill(bucket)
             model._write_back(bucket)
+    cpu = {}
+    t = interleaved({"hooks": hooks, "thread": lambda: step(True), "local": local,
+                     "comm": lambda: dist.all_reduce(grads), "copies": copies}, repeat, MPI.COMM_WORLD.Barrier, cpu)
+    steps = repeat + 1
+    spent = {label: seconds / steps for label, seconds in parts.seconds.items()}
+    # the parts nest: start holds copy in, finish holds copy out and the wait for the all-reduces
+    spent["start"] -= spent["copy in"]
+    spent["finish"] -= spent["copy out"]
+    return {"buckets": len(model._buckets), "default thread": model._progress.threaded, **t,
+            "cpu": cpu, "parts": spent,
+            **{f"finished {name}": statistics.mean(finished[threaded][1:]) for name, threaded in
+               (("hooks", False), ("thread", True))},
+            **{f"hidden {name}": 1 - (t[name] - t["local"]) / t["comm"] for name in ("hooks", "thread")},
+            **{f"hidden+copies {name}": 1 - (t[name] - t["local"]) / (t["comm"] + t["copies"])
+               for name in ("hooks", "thread")}}
+
+
+def torch_overlap_rows(width, layers, batch, cap_mb, repeat):
+    """`overlap_rows`' synced step, no_sync step and all-reduce of every gradient, of torch's DDP on gloo."""
+    import torch
+    import torch.distributed as tdist
+    from mpi4py import MPI
+    from torch.nn.parallel import DistributedDataParallel as TorchDDP
+
     tmodel = TorchDDP(deep_mlp(torch, width, layers), bucket_cap_mb=cap_mb)
     topt = torch.optim.SGD(tmodel.parameters(), lr=0.001)
     tx, ty = torch.randn(batch, 256), torch.randint(0, 10, (batch,))
@@ -245,23 +270,9 @@ def overlap_rows(width, layers, batch, cap_mb, repeat):
     def tlocal():
         with tmodel.no_sync():
             tstep()
-    cpu = {}
-    t = interleaved({"hooks": hooks, "thread": lambda: step(True), "local": local,
-                     "comm": lambda: dist.all_reduce(grads), "copies": copies, "torch": tstep, "torch local": tlocal,
-                     "torch comm": lambda: tdist.all_reduce(tgrads)}, repeat, MPI.COMM_WORLD.Barrier, cpu)
-    steps = repeat + 1
-    spent = {label: seconds / steps for label, seconds in parts.seconds.items()}
-    # the parts nest: start holds copy in, finish holds copy out and the wait for the all-reduces
-    spent["start"] -= spent["copy in"]
-    spent["finish"] -= spent["copy out"]
-    return {"buckets": len(model._buckets), "default thread": model._progress.threaded, **t,
-            "cpu": cpu, "parts": spent,
-            **{f"finished {name}": statistics.mean(finished[threaded][1:]) for name, threaded in
-               (("hooks", False), ("thread", True))},
-            **{f"hidden {name}": 1 - (t[name] - t["local"]) / t["comm"] for name in ("hooks", "thread")},
-            **{f"hidden+copies {name}": 1 - (t[name] - t["local"]) / (t["comm"] + t["copies"])
-               for name in ("hooks", "thread")},
-            "hidden torch": 1 - (t["torch"] - t["torch local"]) / t["torch comm"]}
+    t = interleaved({"torch": tstep, "torch local": tlocal, "torch comm": lambda: tdist.all_reduce(tgrads)}, repeat,
+                    MPI.COMM_WORLD.Barrier)
+    return {**t, "hidden torch": 1 - (t["torch"] - t["torch local"]) / t["torch comm"]}
 
 
 def worker(args):
@@ -277,16 +288,24 @@ def worker(args):
     sizes = [4, 1 << 16, 1 << 20] if args.quick else [4, 256, 4096, 1 << 16, 1 << 18, 1 << 20, 1 << 22, 16 << 20,
                                                      64 << 20]
     repeat = args.allreduce or (2 if args.quick else 30)
+    ddp = (32 if args.quick else 1024, 16 if args.quick else 128, 2 if args.quick else 20)
+    overlap = (32 if args.quick else 1024, 8, 16 if args.quick else 64, 0.002 if args.quick else 4,
+               2 if args.quick else 12)
+    overlapping = dist.get_world_size() > 1 and not args.allreduce
     result = {"allreduce": allreduce_rows(sizes, repeat)}
-    # gloo's group only now: on the loaded machine its threads, in the same processes, made every MPI call of
-    # the rows above take about 1 ms (2 ranks, 4 B: 5 us without it, 1.2 ms with it; 4 KB 9 us, 4 ms)
+    if not args.allreduce:
+        result["ddp"] = ddp_rows(*ddp)
+    if overlapping:
+        result["overlap"] = overlap_rows(*overlap)
+    # gloo's group only now, every jitorch and mpi4py row measured: on the loaded machine its threads, in the
+    # same processes, made every MPI call take about 1 ms (2 ranks, 4 B: 5 us without it, 1.2 ms with it; 4 KB
+    # 9 us, 4 ms). torch's rows follow, in the same processes.
     tdist.init_process_group("gloo")
     torch_allreduce(result["allreduce"], repeat)
     if not args.allreduce:
-        result["ddp"] = ddp_rows(32 if args.quick else 1024, 16 if args.quick else 128, 2 if args.quick else 20)
-    if dist.get_world_size() > 1 and not args.allreduce:
-        result["overlap"] = overlap_rows(32 if args.quick else 1024, 8, 16 if args.quick else 64, 0.002 if args.quick
-                                         else 4, 2 if args.quick else 12)
+        result["ddp"].update(torch_ddp_rows(*ddp))
+    if overlapping:
+        result["overlap"].update(torch_overlap_rows(*overlap))
     if dist.get_rank() == 0:
         print("RESULT " + json.dumps(result), flush=True)
     tdist.barrier()  # every rank done with gloo before any tears it down
@@ -340,7 +359,7 @@ def main(argv=None):
     print("\nall-reduce of float32, 2 ranks (us, wall, median of interleaved turns after a barrier, the order rotating, "
           "a turn 50 calls up to 16 KB, 10 up to 256 KB, 1 above; "
           "share of raw mpi4py's bandwidth; nonblocking: mpi4py's Iallreduce waited for as jitorch waits; agreement: "
-          "jitorch's block alone; torch gloo: measured after the others, its group made then)")
+          "jitorch's block alone; torch gloo: measured after every jitorch row, its group made then)")
     print(f"{'size':>9} {'mpi4py':>9} {'jitorch':>9} {'nonblocking':>12} {'torch gloo':>11} {'agreement':>10} "
           f"{'jitorch/mpi4py':>15}")
     for row in results[2]["allreduce"]:
@@ -349,7 +368,8 @@ def main(argv=None):
               f"{row['torch'] * 1e6:>11.1f} {row['agreement'] * 1e6:>10.1f} {row['mpi4py'] / row['jitorch']:>14.0%}")
     if args.allreduce:
         return
-    print("\nDDP training step of an MLP, the same batch per rank (ms; efficiency = 1-rank time / 2-rank time)")
+    print("\nDDP training step of an MLP, the same batch per rank (ms; efficiency = 1-rank time / 2-rank time; "
+          "torch's measured after jitorch's, once its gloo group was made)")
     print(f"{'system':>17} {'1 rank':>8} {'2 ranks':>8} {'efficiency':>11}")
     for system in ("jitorch eager", "jitorch compiled", "torch eager"):
         one, two = results[1]["ddp"][system], results[2]["ddp"][system]
@@ -357,7 +377,8 @@ def main(argv=None):
     o = results[2]["overlap"]
     print(f"\nOverlap on an 8-layer MLP, {o['buckets']} buckets, 2 ranks (ms per step, wall). hidden: the share of "
           "one all-reduce of every gradient that the synced step does not add to the no_sync step; +copies: of that "
-          "all-reduce and the bucket copies together (every gradient into its bucket and the average back)")
+          "all-reduce and the bucket copies together (every gradient into its bucket and the average back); jitorch's "
+          "rows interleaved among themselves with no gloo group alive, torch's among themselves after them")
     print(f"{'system':>28} {'synced':>8} {'no_sync':>8} {'all-reduce':>11} {'copies':>7} {'hidden':>7} "
           f"{'+copies':>8} {'done by then':>13}")
     for name, label in (("hooks", "jitorch, hooks advance MPI"), ("thread", "jitorch, progress thread")):

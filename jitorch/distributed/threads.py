@@ -2,7 +2,7 @@
 
 A `ThreadWorld` gives each thread a `ThreadComm`: the part of an MPI communicator a process group of CUDA tensors
 uses (its rank and size, a broadcast of a byte buffer, a barrier, the all-gather of the blocks that compare the ranks'
-calls before each collective, and an all-reduce of small arrays), in the same non-blocking form (requests with
+calls before each collective, persistent as MPI 4's, and an all-reduce of small arrays), in the same non-blocking form (requests with
 ``Test``), so `process_group.ProcessGroup` and the collectives run unchanged. The CUDA selftest uses it to run
 the NCCL collectives over every GPU of one machine; the test suite, to run them on its fake NCCL.
 """
@@ -105,6 +105,11 @@ class ThreadComm:
             recvbuf.reshape(len(rows), -1)[...] = rows.reshape(len(rows), -1)
         return self._gathered(sendbuf, deliver)
 
+    def Allgather_init(self, sendbuf, recvbuf):  # noqa: N802
+        """MPI 4's persistent all-gather: a `_Persistent` request whose every ``Start()`` is an `Iallgather` of
+        the same buffers (each with the next sequence number, as MPI's order of collectives counts it)."""
+        return _Persistent(lambda: self.Iallgather(sendbuf, recvbuf))
+
     def Iallreduce(self, sendbuf, recvbuf, op):  # noqa: N802
         """The element-wise maximum of the ranks' ``sendbuf`` into ``recvbuf``: ``op`` is MPI.MAX, the only
         reduction a thread world makes (DDP's check of unused parameters; NCCL reduces the tensors)."""
@@ -134,6 +139,28 @@ class ThreadComm:
 
     def Free(self):  # noqa: N802
         """Nothing to free: the world is garbage-collected with its threads' groups."""
+
+
+class _Persistent:
+    """A persistent collective of a thread world (mpi4py's ``Prequest`` methods): ``Start()`` makes ``begin()``'s
+    request, which ``Test`` and ``abandon`` then go to."""
+
+    def __init__(self, begin):
+        self.begin, self.request = begin, None
+
+    def Start(self):  # noqa: N802
+        self.request = self.begin()
+
+    def Test(self):  # noqa: N802
+        return self.request.Test()
+
+    def abandon(self):
+        """`_Request.abandon`: a wait that gives up leaves nothing pending."""
+        self.request.abandon()
+
+    def Free(self):  # noqa: N802
+        """Nothing to free (MPI's persistent requests are freed before their communicator)."""
+        self.request = None
 
 
 def run(size, fn, timeout=300.0, backend="nccl", group_timeout=None):
