@@ -38,7 +38,7 @@ sys.path.insert(0, os.path.dirname(__file__))
 import jitorch  # noqa: E402
 from jitorch.ir.passes import fusion  # noqa: E402
 from jitorch.jit import plan_cache  # noqa: E402
-from jitorch.jit.executor import KernelStep  # noqa: E402
+from jitorch.jit.executor import KernelStep, ProductPair  # noqa: E402
 from jitorch.ir.passes import simplify  # noqa: E402
 import models  # noqa: E402
 from kernel_audit import compiled_graphs, nbytes  # noqa: E402
@@ -46,7 +46,9 @@ from step_profile import with_over_without  # noqa: E402
 
 # the module switches that turn each session's forms off, and their values then
 FORMS = {"47": [(fusion, "REDUCTION_SIBLINGS", False), (fusion, "ROW_EPILOGUE_MAX", 0)],
-         "48": [(fusion, "SHARED_REDUCTIONS", False), (simplify, "BROADCAST_READS", False)]}
+         "48": [(fusion, "SHARED_REDUCTIONS", False), (simplify, "BROADCAST_READS", False)],
+         "49": [(fusion, "UNTIED_PRODUCTS", False), (fusion, "UNTIED_REDUCTIONS", False),
+                (fusion, "MERGE_REPEATS", False)]}
 
 
 @contextlib.contextmanager
@@ -66,28 +68,41 @@ def fusion_rules(new, forms="47"):
         plan_cache.MIN_NODES = saved[1]
 
 
-def built(name, threads, quick=False, forms="47"):
-    """{"with": step, "without": step}: model ``name``'s compiled step under each rule, warmed up."""
+def built(name, threads, quick=False, forms="47", system="jitorch compiled"):
+    """{"with": step, "without": step}: model ``name``'s step under ``system`` (benchmarks/models.py's "jitorch
+    compiled" or "jitorch.compile(model)") under each rule, warmed up."""
     jitorch.set_num_threads(threads)
     calls = {}
     for label in ("with", "without"):
         with fusion_rules(label == "with", forms):
-            calls[label] = models.system_call("jitorch compiled", name, quick)
+            calls[label] = models.system_call(system, name, quick)
             for _ in range(4):  # (compiles in its first calls; Adam's traces again once its state exists)
                 calls[label]()
     return calls
 
 
+def step_graphs(call):
+    """The compiled graphs a built step runs: its whole step's, or for "jitorch.compile(model)" each compiled
+    module's forward and backward graphs."""
+    nets = [c.cell_contents for c in call.__closure__ if type(c.cell_contents) is tuple]
+    if not nets:
+        return compiled_graphs(call)
+    return [graph for net in nets[0] for function in net._by_mode.values() for entry in function.cache.values()
+            if entry.split is not None for graph in (entry.split.forward, entry.split.backward)]
+
+
 def kernel_traffic(call):
-    """(kernels per step by kind, bytes they move per step, bytes they write per step) of a built step."""
-    kinds, moved, written = collections.Counter(), 0, 0
-    for graph in compiled_graphs(call):
+    """(kernels per step by kind, bytes they move per step, bytes they write per step, product pairs per step:
+    `executor.ProductPair`, two products run at once) of a built step."""
+    kinds, moved, written, pairs = collections.Counter(), 0, 0, 0
+    for graph in step_graphs(call):
+        pairs += sum(type(step) is ProductPair for step in graph.steps)
         for step in graph.steps:
             if type(step) is KernelStep:
                 kinds[step.kernel.source.kind] += 1
                 moved += sum(nbytes(v) for v in (*step.inputs, *step.outputs))
                 written += sum(nbytes(v) for v in step.outputs)
-    return kinds, moved, written
+    return kinds, moved, written, pairs
 
 
 def kernel_counts(call):
@@ -180,12 +195,14 @@ def graph_calls(fn, shapes, threads, forms="47"):
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--forms", default="47", choices=sorted(FORMS), help="whose forms: session 47's or 48's")
+    p.add_argument("--forms", default="47", choices=sorted(FORMS), help="whose forms: session 47's, 48's or 49's")
     p.add_argument("--models", default="gpt-4x128,gpt-6x384,lstm")
     p.add_argument("--steps", type=int, default=5)
     p.add_argument("--reps", type=int, default=11)
     p.add_argument("--threads", default="1,2")
     p.add_argument("--quick", action="store_true", help="tiny sizes (for tests)")
+    p.add_argument("--system", default="jitorch compiled", choices=("jitorch compiled", "jitorch.compile(model)"),
+                   help="the whole step compiled, or the model compiled (a forward and a backward graph)")
     p.add_argument("--graphs", action="store_true", help="the forms on graphs of their own, not the models' steps")
     args = p.parse_args(argv)
     if args.graphs:
@@ -199,12 +216,13 @@ def main(argv=None):
         return
     for name in args.models.split(","):
         for i, threads in enumerate(int(t) for t in args.threads.split(",")):
-            calls = built(name, threads, args.quick, args.forms)
+            calls = built(name, threads, args.quick, args.forms, args.system)
             if i == 0:
                 for label, call in calls.items():
-                    kinds, moved, written = kernel_traffic(call)
+                    kinds, moved, written, pairs = kernel_traffic(call)
                     listed = ", ".join(f"{k} {n}" for k, n in sorted(kinds.items()))
-                    print(f"{name} {label:>7}: {sum(kinds.values())} kernels ({listed}), {moved / 1e6:.1f} MB moved, "
+                    print(f"{name} {label:>7}: {sum(kinds.values())} kernels ({listed}), {pairs} product pairs, "
+                          f"{moved / 1e6:.1f} MB moved, "
                           f"{written / 1e6:.1f} MB written")
             with_s, without_s, ratio = interleaved(calls, args.steps, args.reps, threads)
             clock = "thread" if threads == 1 else "process"

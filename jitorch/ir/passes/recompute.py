@@ -61,7 +61,7 @@ from ...runtime.strided import contiguous_strides
 from ..graph import Node, Value
 from ..lowerable import kind_of
 from ..values import TensorType
-from . import dce
+from . import dce, fusion
 from .rewrite import graph_pass, has_effects, substitute
 from .simplify import permutation_chain
 
@@ -100,8 +100,8 @@ def _readers(graph):
 
 
 def _across_barriers(graph, readers, kind):
-    """{node: bit set (over node positions) of the nodes it reaches through at least one external node or reduction
-    (`BARRIERS`)}."""
+    """({node: bit set (over node positions) of the nodes it reaches through at least one external node or reduction
+    (`BARRIERS`)}, {node: its position}, {node: bit set of every node it reaches})."""
     position = {node: i for i, node in enumerate(graph.nodes)}
     below, across = {}, {}  # below: every node reached; across: those reached through a barrier
     for node in reversed(graph.nodes):
@@ -112,7 +112,15 @@ def _across_barriers(graph, readers, kind):
                 through |= ((1 << position[reader]) | below[reader]) if kind(reader) in BARRIERS \
                     else across[reader]
         below[node], across[node] = reach, through
-    return across, position
+    return across, position, below
+
+
+def _ties(feeds, fed_by, below, position):
+    """Whether one kernel computing a value that reaches the tie points ``feeds`` and a node that the tie points
+    ``fed_by`` reach would make a point depend on another it does not depend on (`fusion.tie_links`, `fusion.tied`;
+    fusion then keeps them in two kernels, `fusion._Partition.ties`, and the copy lets the second read no more)."""
+    return any(p1 is not p2 and not (below[p1] >> position[p2] & 1) and not (below[p2] >> position[p1] & 1)
+               and fusion.tied(p1, p2) for p1 in fed_by for p2 in feeds)
 
 
 def _pinned(graph):
@@ -184,7 +192,8 @@ def copies(graph):
     readers = _readers(graph)
     kinds = {node: kind_of(node) for node in graph.nodes}  # (asked ~10 times a node: 36 -> 12 ms on a GPT step)
     kind = kinds.__getitem__
-    across, position = _across_barriers(graph, readers, kind)
+    across, position, below = _across_barriers(graph, readers, kind)
+    feeds, fed_by, _ = fusion.tie_links(graph.nodes, readers, kind)
     pinned = _pinned(graph)
     made, wanted = [], {}  # wanted: reader -> the originals it has a copy of
     count = 0
@@ -197,10 +206,12 @@ def copies(graph):
         cone, leaves = _cone(value, readers, pinned, kind)
         if cone is None:
             continue
-        reached = 0
+        reached, reaching = 0, set()
         for original in cone:
             reached |= across[original]
-        far = [r for r in readers.get(value, ()) if reached >> position[r] & 1]
+            reaching |= feeds.get(original, reaching)
+        far = [r for r in readers.get(value, ()) if reached >> position[r] & 1
+               or reaching and r in fed_by and _ties(reaching, fed_by[r], below, position)]
         small = _elements(value) / SMALL_LEAF
         if not far or sum(_bytes(v) for v in leaves if _elements(v) >= small) > _bytes(value):
             continue
