@@ -1,8 +1,8 @@
 """Reduction groups with more than one kind of output (issue 19): a compiled training step's kernels and the bytes
 they move and write, and its time, with the forms against without.
 
-    python benchmarks/multiout.py [--forms 47|48] [--models gpt-4x128,gpt-6x384,lstm] [--steps 5] [--reps 11]
-                                  [--threads 1,2] [--graphs]
+    python benchmarks/multiout.py [--forms 47|48|49] [--models gpt-4x128,gpt-6x384,lstm] [--steps 5] [--reps 11]
+                                  [--threads 1,2] [--graphs] [--system "jitorch.compile(model)"]
 
 ``--forms 47`` (the default): siblings and row epilogues. "With" is fusion as it is; "without" sets
 `fusion.REDUCTION_SIBLINGS` False and `fusion.ROW_EPILOGUE_MAX` 0 while the step compiles (its first calls), which
@@ -16,11 +16,19 @@ counts them) and write (its outputs). Then the step's CPU time, with and without
 ``--reps`` interleaved turns of ``--steps`` steps each (the calling thread's CPU time at one thread, the process's
 at more).
 
+``--forms 49``: fusion keeping independent products and reductions that may share a loop from depending on each
+other through a kernel, and a group computing once what a recompute copy and its original both compute in it;
+"without" sets `fusion.UNTIED_PRODUCTS`, `fusion.UNTIED_REDUCTIONS` and `fusion.MERGE_REPEATS` False. The product
+pairs per step (two products run at once) are printed with the kernels. ``--system "jitorch.compile(model)"``
+builds the model compiled (a forward and a backward graph, whose kernels are counted) instead of the whole step.
+
 ``--graphs`` times instead, alike, the two forms on graphs of their own (`GRAPHS`): a log_softmax's backward over
 (700, 10000) float32 (a row sum and the gradient reading the incoming gradient again: a row epilogue), a layer
 norm over (768, 512), a column sum of a product with a sibling over (768, 512), a layer norm's forward statistics
-and backward over (768, 512) and (4096, 768) (two row sums and two column sums), and a log_softmax training
-step's backward over (700, 10000) (one row sum: no pair to share).
+and backward over (768, 512) and (4096, 768) (two row sums and two column sums), a log_softmax training
+step's backward over (700, 10000) (one row sum: no pair to share), and a hand-written RMSNorm's step under a
+loss linear in its output over (768, 128) and (4096, 768) (its forward's and its backward's row means may share a
+loop) and followed by a product and a squared error (they may not: the backward's reads the forward's).
 """
 
 from __future__ import annotations
@@ -160,6 +168,26 @@ def _log_softmax_step(z, t):
     return z.grad
 
 
+def _rms_norm(x, w):
+    """A hand-written RMSNorm, as users write it."""
+    return x * jitorch.rsqrt((x * x).mean(-1, keepdim=True) + 1e-6) * w
+
+
+def _rms_norm_step(x, w, c):
+    """An RMSNorm's forward and backward under a loss linear in its output (its two row means independent)."""
+    x, w = x.detach().requires_grad_(), w.detach().requires_grad_()
+    (_rms_norm(x, w) * c).sum().backward()
+    return x.grad, w.grad
+
+
+def _rms_norm_mlp_step(x, w, a, t):
+    """An RMSNorm then a product, trained on a squared error: the gradient reaching the RMSNorm depends on its
+    forward mean, so its backward mean cannot share that mean's loop."""
+    x, w, a = x.detach().requires_grad_(), w.detach().requires_grad_(), a.detach().requires_grad_()
+    ((_rms_norm(x, w) @ a - t) ** 2).mean().backward()
+    return x.grad, w.grad, a.grad
+
+
 # name -> (function, its arguments' shapes)
 GRAPHS = {
     "log_softmax backward (700, 10000)": (_log_softmax_backward, ((700, 10000), (700, 10000))),
@@ -168,6 +196,10 @@ GRAPHS = {
     "layer norm backward (768, 512)": (_layer_norm_backward, ((768, 512), (768, 512), (512,))),
     "layer norm backward (4096, 768)": (_layer_norm_backward, ((4096, 768), (4096, 768), (768,))),
     "log_softmax step (700, 10000)": (_log_softmax_step, ((700, 10000), (700, 10000))),
+    "RMSNorm step (768, 128), a linear loss": (_rms_norm_step, ((768, 128), (128,), (768, 128))),
+    "RMSNorm step (4096, 768), a linear loss": (_rms_norm_step, ((4096, 768), (768,), (4096, 768))),
+    "RMSNorm, product, squared error step (768, 128)": (_rms_norm_mlp_step,
+                                                        ((768, 128), (128,), (128, 512), (768, 512))),
 }
 
 

@@ -46,6 +46,16 @@ comes from `jitorch.ir.lowerable.kind_of` (the code generator's rule):
 * every other node (matmul, sort, indexing, anything the code generator
   cannot lower) is an ``"external"`` group of its own.
 
+No merge makes a tie point depend on another it did not depend on (`tie_points`, `_Partition.ties`): two matrix
+products the executor could run at once as a pair (GPT's MLP backward: the GELU the c_proj weight gradient reads,
+computed in the GELU backward's kernel, which reads the c_proj input gradient's product), or two reductions that
+may share a loop (a hand-written RMSNorm step: ``x * rstd``, after the forward's mean of squares, in one pointwise
+kernel with ``g * w * x``, before the backward's row mean), except by the merge that puts reductions in one loop;
+the recompute pass gives a reader the copy of a pointwise value that such a merge would have shared
+(`recompute`). After fusion, a group that computes the same value twice (a recompute copy beside its original:
+a column sum's copy of ``relu(x @ w)`` and its pointwise siblings', which joined its group) computes it once
+(`merge_repeats`).
+
 Groups grow by merging, most valuable first: producer and consumer over the
 same space, then reductions with their prologue and epilogue, then any other
 legal producer-consumer pair (broadcast inputs), then siblings over one space

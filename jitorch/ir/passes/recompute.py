@@ -13,8 +13,15 @@ gradient after them: one kernel wrote ``g * w``, ``g * w * rstd`` and its negati
 the three kernels after it (a compile(model) GPT's backward graph, where the saved ``rstd`` is an input and no
 external node lies between); its forward wrote ``x - mean`` for the normalisation after the variance's sum.
 
+The same holds where fusion keeps two kernels apart so that two products may run at once as a pair, or two
+reductions share a loop (`fusion.tie_points`): GPT's MLP backward (compile(model)) reads ``h = a + b``, its
+``cdf`` and ``pdf`` in the GELU's backward, whose kernel reads the c_proj input gradient's product, while the GELU
+that the c_proj weight gradient's product reads comes from ``h`` and ``cdf`` too: the backward computes them again
+rather than reading three values the GELU's kernel wrote (`_ties`).
+
 For a pointwise node ``n`` whose value some node ``c`` reads that ``n`` also reaches through an external node or a
-reduction (so fusion could never put ``n`` and ``c`` in one group), this pass gives ``c`` a copy of ``n`` and of the
+reduction (so fusion could never put ``n`` and ``c`` in one group), or where ``n``'s cone reaches one tie point and
+``c`` reads another's result (which fusion keeps apart), this pass gives ``c`` a copy of ``n`` and of the
 pointwise nodes it is computed from (its cone), back to values that lie in memory anyway (graph inputs and
 constants, the results of nodes that are not pointwise, values an external node reads, directly or through a
 view) and small views (of fewer than an eighth of the value's elements: a batch norm's per-channel
