@@ -354,12 +354,6 @@ def _broadcast(a, b):
 # as LLVM interleaves the iterations of small loop bodies only. Splitting costs one write and read of a
 # value per group.
 MAX_GROUP_NODES = 128
-
-
-# The kinds that read their operands where they lie (in memory, through index maths: an operand computed in
-# the same kernel would have to be stored first). A gather's result is a leaf of its kernel, as a view's is:
-# its shape need not broadcast to the kernel's space (only the nodes reading it, or its views, evaluate there);
-# so is an index expression's (arange's), which views and gathers in its kernel read as if it lay in memory.
 # Matrix products whose order matters to fusion (`tie_points`): the executor runs two independent ones at once
 # (`jit.interop.pair_products`), which a kernel reading one's result and writing the other's operand forbids.
 PRODUCT_OPS = ("matmul", "mm", "bmm")
@@ -372,6 +366,12 @@ UNTIED_REDUCTIONS = True
 # Whether a group computes a value once that the recompute pass's copy and its original both compute in it
 # (`merge_repeats`); benchmarks/multiout.py compares the steps built without.
 MERGE_REPEATS = True
+
+
+# The kinds that read their operands where they lie (in memory, through index maths: an operand computed in
+# the same kernel would have to be stored first). A gather's result is a leaf of its kernel, as a view's is:
+# its shape need not broadcast to the kernel's space (only the nodes reading it, or its views, evaluate there);
+# so is an index expression's (arange's), which views and gathers in its kernel read as if it lay in memory.
 _READS_IN_PLACE = ("view", "gather")
 _LEAVES = ("gather", "index")
 _INDEX_MATHS = ("view", "gather", "index")

@@ -216,7 +216,7 @@ def copies(graph):
         reached, reaching = 0, set()
         for original in cone:
             reached |= across[original]
-            reaching |= feeds.get(original, reaching)
+            reaching.update(feeds.get(original, ()))
         far = [r for r in readers.get(value, ()) if reached >> position[r] & 1
                or reaching and r in fed_by and _ties(reaching, fed_by[r], below, position)]
         small = _elements(value) / SMALL_LEAF
