@@ -6,6 +6,7 @@ torch in float32 and float64. tests/ir/test_fusewaste49.py has the groups."""
 from __future__ import annotations
 
 import contextlib
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -15,6 +16,7 @@ import jitorch as jt
 from jitorch.ir.passes import fusion
 from jitorch.jit import executor, plan_cache
 from jitorch.jit.executor import KernelStep
+from tests.support import load_script
 
 DTYPES = [np.float32, np.float64]
 IDS = ["float32", "float64"]
@@ -158,3 +160,17 @@ def test_a_kernel_computes_the_relu_once_for_a_column_sum_and_its_siblings(dtype
         np.testing.assert_allclose(a.numpy(), eager.numpy(), **tol(dtype))
     for a, oracle in zip(got, dispatch_graph(torch.from_numpy(x), torch.from_numpy(w))):
         np.testing.assert_allclose(a.numpy(), oracle.numpy(), **torch_tol(dtype))
+
+
+def test_the_benchmark_counts_the_pairs_a_compiled_gpts_backward_gains():
+    """benchmarks/multiout.py --forms 49 --system "jitorch.compile(model)" at --quick sizes: gpt-1x32's backward
+    graph, built with and without the rules in one process, pairs its MLP's c_proj products (one pair more), for a
+    GELU kernel more that reads c_fc's saved product again."""
+    bench = load_script(Path(__file__).parents[2] / "benchmarks" / "multiout.py", "multiout_benchmark")
+    calls = bench.built("gpt-1x32", 1, quick=True, forms="49", system="jitorch.compile(model)")
+    (with_kinds, with_bytes, _, with_pairs), (without_kinds, without_bytes, _, without_pairs) = (
+        bench.kernel_traffic(calls[k]) for k in ("with", "without"))
+    assert with_pairs - without_pairs == 1
+    assert with_kinds["pointwise"] - without_kinds["pointwise"] == 1
+    assert with_kinds["reduction"] == without_kinds["reduction"] and with_bytes > without_bytes
+    assert fusion.UNTIED_PRODUCTS and fusion.UNTIED_REDUCTIONS and fusion.MERGE_REPEATS  # (put back)
