@@ -1,8 +1,8 @@
 """Reduction groups with more than one kind of output (issue 19): a compiled training step's kernels and the bytes
 they move and write, and its time, with the forms against without.
 
-    python benchmarks/multiout.py [--forms 47|48] [--models gpt-4x128,gpt-6x384,lstm] [--steps 5] [--reps 11]
-                                  [--threads 1,2] [--graphs]
+    python benchmarks/multiout.py [--forms 47|48|49] [--models gpt-4x128,gpt-6x384,lstm] [--steps 5] [--reps 11]
+                                  [--threads 1,2] [--graphs] [--system "jitorch.compile(model)"]
 
 ``--forms 47`` (the default): siblings and row epilogues. "With" is fusion as it is; "without" sets
 `fusion.REDUCTION_SIBLINGS` False and `fusion.ROW_EPILOGUE_MAX` 0 while the step compiles (its first calls), which
@@ -16,11 +16,19 @@ counts them) and write (its outputs). Then the step's CPU time, with and without
 ``--reps`` interleaved turns of ``--steps`` steps each (the calling thread's CPU time at one thread, the process's
 at more).
 
+``--forms 49``: fusion keeping independent products and reductions that may share a loop from depending on each
+other through a kernel, and a group computing once what a recompute copy and its original both compute in it;
+"without" sets `fusion.UNTIED_PRODUCTS`, `fusion.UNTIED_REDUCTIONS` and `fusion.MERGE_REPEATS` False. The product
+pairs per step (two products run at once) are printed with the kernels. ``--system "jitorch.compile(model)"``
+builds the model compiled (a forward and a backward graph, whose kernels are counted) instead of the whole step.
+
 ``--graphs`` times instead, alike, the two forms on graphs of their own (`GRAPHS`): a log_softmax's backward over
 (700, 10000) float32 (a row sum and the gradient reading the incoming gradient again: a row epilogue), a layer
 norm over (768, 512), a column sum of a product with a sibling over (768, 512), a layer norm's forward statistics
-and backward over (768, 512) and (4096, 768) (two row sums and two column sums), and a log_softmax training
-step's backward over (700, 10000) (one row sum: no pair to share).
+and backward over (768, 512) and (4096, 768) (two row sums and two column sums), a log_softmax training
+step's backward over (700, 10000) (one row sum: no pair to share), and a hand-written RMSNorm's step under a
+loss linear in its output over (768, 128) and (4096, 768) (its forward's and its backward's row means may share a
+loop) and followed by a product and a squared error (they may not: the backward's reads the forward's).
 """
 
 from __future__ import annotations
@@ -38,7 +46,7 @@ sys.path.insert(0, os.path.dirname(__file__))
 import jitorch  # noqa: E402
 from jitorch.ir.passes import fusion  # noqa: E402
 from jitorch.jit import plan_cache  # noqa: E402
-from jitorch.jit.executor import KernelStep  # noqa: E402
+from jitorch.jit.executor import KernelStep, ProductPair  # noqa: E402
 from jitorch.ir.passes import simplify  # noqa: E402
 import models  # noqa: E402
 from kernel_audit import compiled_graphs, nbytes  # noqa: E402
@@ -46,7 +54,9 @@ from step_profile import with_over_without  # noqa: E402
 
 # the module switches that turn each session's forms off, and their values then
 FORMS = {"47": [(fusion, "REDUCTION_SIBLINGS", False), (fusion, "ROW_EPILOGUE_MAX", 0)],
-         "48": [(fusion, "SHARED_REDUCTIONS", False), (simplify, "BROADCAST_READS", False)]}
+         "48": [(fusion, "SHARED_REDUCTIONS", False), (simplify, "BROADCAST_READS", False)],
+         "49": [(fusion, "UNTIED_PRODUCTS", False), (fusion, "UNTIED_REDUCTIONS", False),
+                (fusion, "MERGE_REPEATS", False)]}
 
 
 @contextlib.contextmanager
@@ -66,28 +76,41 @@ def fusion_rules(new, forms="47"):
         plan_cache.MIN_NODES = saved[1]
 
 
-def built(name, threads, quick=False, forms="47"):
-    """{"with": step, "without": step}: model ``name``'s compiled step under each rule, warmed up."""
+def built(name, threads, quick=False, forms="47", system="jitorch compiled"):
+    """{"with": step, "without": step}: model ``name``'s step under ``system`` (benchmarks/models.py's "jitorch
+    compiled" or "jitorch.compile(model)") under each rule, warmed up."""
     jitorch.set_num_threads(threads)
     calls = {}
     for label in ("with", "without"):
         with fusion_rules(label == "with", forms):
-            calls[label] = models.system_call("jitorch compiled", name, quick)
+            calls[label] = models.system_call(system, name, quick)
             for _ in range(4):  # (compiles in its first calls; Adam's traces again once its state exists)
                 calls[label]()
     return calls
 
 
+def step_graphs(call):
+    """The compiled graphs a built step runs: its whole step's, or for "jitorch.compile(model)" each compiled
+    module's forward and backward graphs."""
+    nets = [c.cell_contents for c in call.__closure__ if type(c.cell_contents) is tuple]
+    if not nets:
+        return compiled_graphs(call)
+    return [graph for net in nets[0] for function in net._by_mode.values() for entry in function.cache.values()
+            if entry.split is not None for graph in (entry.split.forward, entry.split.backward)]
+
+
 def kernel_traffic(call):
-    """(kernels per step by kind, bytes they move per step, bytes they write per step) of a built step."""
-    kinds, moved, written = collections.Counter(), 0, 0
-    for graph in compiled_graphs(call):
+    """(kernels per step by kind, bytes they move per step, bytes they write per step, product pairs per step:
+    `executor.ProductPair`, two products run at once) of a built step."""
+    kinds, moved, written, pairs = collections.Counter(), 0, 0, 0
+    for graph in step_graphs(call):
+        pairs += sum(type(step) is ProductPair for step in graph.steps)
         for step in graph.steps:
             if type(step) is KernelStep:
                 kinds[step.kernel.source.kind] += 1
                 moved += sum(nbytes(v) for v in (*step.inputs, *step.outputs))
                 written += sum(nbytes(v) for v in step.outputs)
-    return kinds, moved, written
+    return kinds, moved, written, pairs
 
 
 def kernel_counts(call):
@@ -145,6 +168,26 @@ def _log_softmax_step(z, t):
     return z.grad
 
 
+def _rms_norm(x, w):
+    """A hand-written RMSNorm, as users write it."""
+    return x * jitorch.rsqrt((x * x).mean(-1, keepdim=True) + 1e-6) * w
+
+
+def _rms_norm_step(x, w, c):
+    """An RMSNorm's forward and backward under a loss linear in its output (its two row means independent)."""
+    x, w = x.detach().requires_grad_(), w.detach().requires_grad_()
+    (_rms_norm(x, w) * c).sum().backward()
+    return x.grad, w.grad
+
+
+def _rms_norm_mlp_step(x, w, a, t):
+    """An RMSNorm then a product, trained on a squared error: the gradient reaching the RMSNorm depends on its
+    forward mean, so its backward mean cannot share that mean's loop."""
+    x, w, a = x.detach().requires_grad_(), w.detach().requires_grad_(), a.detach().requires_grad_()
+    ((_rms_norm(x, w) @ a - t) ** 2).mean().backward()
+    return x.grad, w.grad, a.grad
+
+
 # name -> (function, its arguments' shapes)
 GRAPHS = {
     "log_softmax backward (700, 10000)": (_log_softmax_backward, ((700, 10000), (700, 10000))),
@@ -153,6 +196,10 @@ GRAPHS = {
     "layer norm backward (768, 512)": (_layer_norm_backward, ((768, 512), (768, 512), (512,))),
     "layer norm backward (4096, 768)": (_layer_norm_backward, ((4096, 768), (4096, 768), (768,))),
     "log_softmax step (700, 10000)": (_log_softmax_step, ((700, 10000), (700, 10000))),
+    "RMSNorm step (768, 128), a linear loss": (_rms_norm_step, ((768, 128), (128,), (768, 128))),
+    "RMSNorm step (4096, 768), a linear loss": (_rms_norm_step, ((4096, 768), (768,), (4096, 768))),
+    "RMSNorm, product, squared error step (768, 128)": (_rms_norm_mlp_step,
+                                                        ((768, 128), (128,), (128, 512), (768, 512))),
 }
 
 
@@ -180,12 +227,14 @@ def graph_calls(fn, shapes, threads, forms="47"):
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--forms", default="47", choices=sorted(FORMS), help="whose forms: session 47's or 48's")
+    p.add_argument("--forms", default="47", choices=sorted(FORMS), help="whose forms: session 47's, 48's or 49's")
     p.add_argument("--models", default="gpt-4x128,gpt-6x384,lstm")
     p.add_argument("--steps", type=int, default=5)
     p.add_argument("--reps", type=int, default=11)
     p.add_argument("--threads", default="1,2")
     p.add_argument("--quick", action="store_true", help="tiny sizes (for tests)")
+    p.add_argument("--system", default="jitorch compiled", choices=("jitorch compiled", "jitorch.compile(model)"),
+                   help="the whole step compiled, or the model compiled (a forward and a backward graph)")
     p.add_argument("--graphs", action="store_true", help="the forms on graphs of their own, not the models' steps")
     args = p.parse_args(argv)
     if args.graphs:
@@ -199,12 +248,13 @@ def main(argv=None):
         return
     for name in args.models.split(","):
         for i, threads in enumerate(int(t) for t in args.threads.split(",")):
-            calls = built(name, threads, args.quick, args.forms)
+            calls = built(name, threads, args.quick, args.forms, args.system)
             if i == 0:
                 for label, call in calls.items():
-                    kinds, moved, written = kernel_traffic(call)
+                    kinds, moved, written, pairs = kernel_traffic(call)
                     listed = ", ".join(f"{k} {n}" for k, n in sorted(kinds.items()))
-                    print(f"{name} {label:>7}: {sum(kinds.values())} kernels ({listed}), {moved / 1e6:.1f} MB moved, "
+                    print(f"{name} {label:>7}: {sum(kinds.values())} kernels ({listed}), {pairs} product pairs, "
+                          f"{moved / 1e6:.1f} MB moved, "
                           f"{written / 1e6:.1f} MB written")
             with_s, without_s, ratio = interleaved(calls, args.steps, args.reps, threads)
             clock = "thread" if threads == 1 else "process"

@@ -20,26 +20,19 @@ made whatever the setting (it is read at each call) and run one after the other 
 from __future__ import annotations
 
 import time
-from math import prod
 
+from ..ir.passes.fusion import PRODUCT_MIN_WORK, product_work
 from ..ops.linalg import array_product, whole_gemm
 from ..runtime import blas_calls, threads
 
 # Products of fewer multiply-adds are not paired: handing one to a worker costs 10 to 60 µs when the worker has
-# fallen asleep (`threads.SPIN_US`), as much as such a product takes.
-PAIR_MIN_WORK = 1 << 17
+# fallen asleep (`threads.SPIN_US`), as much as such a product takes. (Fusion keeps the larger ones apart.)
+PAIR_MIN_WORK = PRODUCT_MIN_WORK
 # How many steps apart two products may be to pair (the later moves up; a window keeps the search linear).
 PAIR_WINDOW = 24
 # A pair of products one of which would split (`linalg.SPLIT_MIN_WORK`) is paired only where the larger has at
 # most this many times the smaller's work: split, the two take about half their sum; at once, the larger's time.
 PAIR_MAX_RATIO = 1.5
-
-
-def product_work(node):
-    """A matrix product node's multiply-adds (batch × m × n × k from its operands' shapes)."""
-    a, b = (arg.type.shape for arg in node.args[:2])
-    batch = max(prod(a[:-2]), prod(b[:-2]))
-    return batch * a[-2] * a[-1] * b[-1]
 
 
 def worth_pairing(a, b, split_min):

@@ -45,7 +45,7 @@ import json
 from ..codegen.cache import KernelCache, cache_key
 from ..codegen.kernel import generator_fingerprint
 from ..ir.passes import lse, optimize, recompute
-from ..ir.passes.fusion import MAX_GROUP_NODES, fuse, fuse_with_plan
+from ..ir.passes.fusion import MAX_GROUP_NODES, fuse, fuse_with_plan, merge_repeats
 from ..ir.printer import print_graph
 from ..runtime import logs
 from ..runtime.forks import module_lock
@@ -199,7 +199,9 @@ def fuse_cached(graph, target, store=None, printed=None):
     if len(graph.nodes) < MIN_NODES:
         lse.run(graph)
         recompute.run(graph)
-        return fuse(graph)
+        groups = fuse(graph)
+        merge_repeats(graph, groups)
+        return groups
     store = store if store is not None else _store()
     # (keyed by the graph before the lse pass, whose text the passes printed: see the module docstring)
     text = _graph_text(graph, target_id(target), printed)
@@ -217,6 +219,8 @@ def fuse_cached(graph, target, store=None, printed=None):
     if recompute.REDUCTIONS:  # (not cached: one walk over the reductions, a function of the graph made so far)
         recompute.into_reductions(graph)
     groups, grouped, taken = fuse_with_plan(graph, plan=plan)
+    # (after the plan is taken or made: a plan numbers the nodes of the graph before it)
+    merge_repeats(graph, groups)
     if taken:
         logs.log("fusion", "fusion plan %s loaded from the cache: %d groups, %d copies", key[:16], len(groups),
                  len(pairs))

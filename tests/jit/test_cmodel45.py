@@ -12,7 +12,7 @@ import numpy as np
 import torch
 
 import jitorch as jt
-from jitorch.ir.passes import recompute
+from jitorch.ir.passes import fusion, recompute
 from jitorch.jit.executor import KernelStep
 from jitorch.profiler import profile
 
@@ -58,6 +58,9 @@ def test_a_compiled_models_layer_norm_backward_graph_writes_only_the_input_gradi
     assert whole_size_outputs(split.backward, (6, 10, 16)) == 2
     assert whole_size_outputs(split.forward, (6, 10, 16)) == 4
     without_reduction_barriers(monkeypatch)
+    # (fusion's tie rule, session 49, keeps the old pass's backward at 2 too: the row sums' prologue out of the
+    # kernel after the forward's statistics; without it, the graph as the old pass and fusion made it)
+    monkeypatch.setattr(fusion, "UNTIED_REDUCTIONS", False)
     old_split, old_grads, _ = compiled_model_step(x)
     # (6 before reductions shared a kernel and read an expand's source, 8 before they took siblings)
     assert whole_size_outputs(old_split.backward, (6, 10, 16)) == 4

@@ -46,6 +46,16 @@ comes from `jitorch.ir.lowerable.kind_of` (the code generator's rule):
 * every other node (matmul, sort, indexing, anything the code generator
   cannot lower) is an ``"external"`` group of its own.
 
+No merge makes a tie point depend on another it did not depend on (`tie_points`, `_Partition.ties`): two matrix
+products the executor could run at once as a pair (GPT's MLP backward: the GELU the c_proj weight gradient reads,
+computed in the GELU backward's kernel, which reads the c_proj input gradient's product), or two reductions that
+may share a loop (a hand-written RMSNorm step: ``x * rstd``, after the forward's mean of squares, in one pointwise
+kernel with ``g * w * x``, before the backward's row mean), except by the merge that puts reductions in one loop;
+the recompute pass gives a reader the copy of a pointwise value that such a merge would have shared
+(`recompute`). After fusion, a group that computes the same value twice (a recompute copy beside its original:
+a column sum's copy of ``relu(x @ w)`` and its pointwise siblings', which joined its group) computes it once
+(`merge_repeats`).
+
 Groups grow by merging, most valuable first: producer and consumer over the
 same space, then reductions with their prologue and epilogue, then any other
 legal producer-consumer pair (broadcast inputs), then siblings over one space
@@ -71,6 +81,8 @@ import numpy as np
 
 from ..lowerable import folds, kind_of
 from ...runtime.logs import log
+from .cse import literal_key
+from .rewrite import Rewriter, has_effects
 
 
 @dataclass(eq=False)
@@ -143,6 +155,39 @@ def fuse_with_plan(graph, prologue_outputs=True, plan=None):
     numbers = {}
     plan = [numbers.setdefault(part.owner[n], len(numbers)) for n in graph.nodes]
     return _logged(graph, part.groups()), plan, False
+
+
+def merge_repeats(graph, groups):
+    """Drop from ``graph`` and ``groups`` each pointwise node that repeats an earlier one of its group (same op,
+    same arguments): the kernel computes the value once. The recompute pass gives a reduction its own copy of a
+    pointwise value that other kernels read too (so that no kernel writes it), and fusion may then put the copy
+    and the original in one group (a column sum taking the pointwise cluster beside it as siblings): the kernel
+    computed ``relu(mm)`` twice. The later node's readers read the earlier one's value; a group's inputs and
+    outputs name the values that stand in. Returns the number of nodes dropped (none unless `MERGE_REPEATS`)."""
+    if not MERGE_REPEATS:
+        return 0
+    owner = {n: i for i, g in enumerate(groups) for n in g.nodes}
+    rw = Rewriter(graph)
+    first = {}
+    for node in graph.nodes:
+        rw.update_args(node)
+        if kind_of(node) != "pointwise" or has_effects(node):
+            continue
+        key = (owner[node], node.op, literal_key(node.args), tuple(o.type for o in node.outputs))
+        earlier = first.setdefault(key, node)
+        if earlier is not node:
+            rw.replace_node(node, earlier.outputs)
+    if not rw.dropped:
+        return 0
+    rw.finish()
+    order = {n: i for i, n in enumerate(graph.nodes)}
+    for g in groups:
+        g.nodes = [n for n in g.nodes if n not in rw.dropped]
+        g.inputs = list(dict.fromkeys(rw.resolve(v) for v in g.inputs))
+        g.outputs = sorted(dict.fromkeys(rw.resolve(v) for v in g.outputs),
+                           key=lambda v: (order[v.node], v.index))
+    log("fusion", "%d repeated nodes dropped from their groups", len(rw.dropped))
+    return len(rw.dropped)
 
 
 def _logged(graph, groups):
@@ -309,6 +354,18 @@ def _broadcast(a, b):
 # as LLVM interleaves the iterations of small loop bodies only. Splitting costs one write and read of a
 # value per group.
 MAX_GROUP_NODES = 128
+# Matrix products whose order matters to fusion (`tie_points`): the executor runs two independent ones at once
+# (`jit.interop.pair_products`), which a kernel reading one's result and writing the other's operand forbids.
+PRODUCT_OPS = ("matmul", "mm", "bmm")
+# Products of fewer multiply-adds are never paired (`jit.interop.PAIR_MIN_WORK`): fusion may tie them.
+PRODUCT_MIN_WORK = 1 << 17
+# Whether fusion keeps independent products, and independent reductions that may share a loop, from depending on
+# each other through a kernel (`tie_points`); benchmarks/multiout.py compares the steps built without.
+UNTIED_PRODUCTS = True
+UNTIED_REDUCTIONS = True
+# Whether a group computes a value once that the recompute pass's copy and its original both compute in it
+# (`merge_repeats`); benchmarks/multiout.py compares the steps built without.
+MERGE_REPEATS = True
 
 
 # The kinds that read their operands where they lie (in memory, through index maths: an operand computed in
@@ -335,7 +392,7 @@ class _Cluster:
     values needed outside as it has nodes)."""
 
     __slots__ = ("first", "nodes", "reduction", "reductions", "external", "pointwise", "gather", "escaping", "reads",
-                 "view_reads", "gather_reads", "shapes", "space")
+                 "view_reads", "gather_reads", "shapes", "space", "feeds", "fed_by")
 
     def __init__(self, node, kind):
         self.first = node                    # its node of lowest graph order
@@ -352,6 +409,8 @@ class _Cluster:
         self.gather_reads = set()            # the values of ``reads`` that a gather node here reads
         self.shapes = {}                     # shape -> how many values of ``escaping`` have it
         self.space = None                    # iteration space (None: none common to its outputs)
+        self.feeds = _NONE                   # the tie points its values reach (`tie_links`)
+        self.fed_by = _NONE                  # the tie points whose results reach it (`tie_links`)
 
     @property
     def kind(self):
@@ -360,6 +419,84 @@ class _Cluster:
         if self.reduction is not None:
             return "reduction"
         return "view" if self.pointwise is None and not self.gather else "pointwise"
+
+
+_NONE = frozenset()
+
+
+def product_work(node):
+    """A matrix product node's multiply-adds (batch × m × n × k from its operands' shapes)."""
+    a, b = (_shape(arg) for arg in node.args[:2])
+    if len(a) < 2 or len(b) < 2:  # (a vector's product: no pair)
+        return 0
+    batch = max(prod(a[:-2]), prod(b[:-2]))
+    return batch * a[-2] * a[-1] * b[-1]
+
+
+def tie_points(nodes, kind):
+    """The nodes that fusion keeps from coming to depend on each other through a kernel (`_Partition.ties`): the
+    products of `PRODUCT_OPS` of at least `PRODUCT_MIN_WORK` multiply-adds (where `UNTIED_PRODUCTS`), which the
+    executor pairs, and the reductions that may share a loop with another (`same_reduction`, where
+    `UNTIED_REDUCTIONS`), none where there are not two of a kind."""
+    products, reductions = [], {}
+    for n in nodes:
+        k = kind(n)
+        if k == "external" and UNTIED_PRODUCTS and n.op.name in PRODUCT_OPS and product_work(n) >= PRODUCT_MIN_WORK:
+            products.append(n)
+        elif k == "reduction" and UNTIED_REDUCTIONS and SHARED_REDUCTIONS and n.op.name in SHARED_LOOP_OPS \
+                and len(n.outputs) == 1:
+            reductions.setdefault(reduced_dims(n), []).append(n)
+    points = set(products) if len(products) > 1 else set()
+    for key, same in reductions.items():
+        if len(same) > 1 and prod(key[2]) > 1:
+            points.update(same)
+    return points
+
+
+def tied(p, q):
+    """Whether tie points ``p`` and ``q`` (`tie_points`) lose by one depending on the other: two products (no
+    longer a pair run at once), two reductions that may share a loop (no longer one kernel)."""
+    if p.op.name in PRODUCT_OPS:
+        return q.op.name in PRODUCT_OPS
+    return q.op.name not in PRODUCT_OPS and same_reduction(p, q)
+
+
+def tie_links(nodes, users, kind):
+    """({node: the tie points (`tie_points`) its value reaches through pointwise nodes and views}, {node: the tie
+    points whose results reach it so}, {tie point: the tie points it reaches at all}), nodes without any left
+    out. ``nodes`` in dataflow order; ``users``: value -> the nodes reading it; ``kind``: node -> its kind
+    (`lowerable.kind_of`). A kernel holding a node that reaches one point and a node that another reaches makes
+    the one depend on the other (`_Partition.ties`)."""
+    points = tie_points(nodes, kind)
+    if not points:
+        return {}, {}, {}
+    through = ("pointwise", "view")
+    feeds, fed_by, below = {}, {}, {}
+    for n in reversed(nodes):
+        found, reached = set(), set()
+        for v in n.outputs:
+            for u in users.get(v, ()):
+                if u in points:
+                    found.add(u)
+                    reached.add(u)
+                elif u in feeds and kind(u) in through:
+                    found |= feeds[u]
+                reached |= below.get(u, _NONE)
+        if found:
+            feeds[n] = found
+        if reached:
+            below[n] = reached
+    for n in nodes:
+        found = set()
+        for v in n.input_values():
+            m = v.node
+            if m in points:
+                found.add(m)
+            elif m in fed_by and kind(m) in through:
+                found |= fed_by[m]
+        if found:
+            fed_by[n] = found
+    return feeds, fed_by, {p: below.get(p, set()) for p in points}
 
 
 @dataclass
@@ -457,6 +594,9 @@ class _Partition:
         # values needed whatever the partition: graph outputs and values written back into inputs
         self.sinks = set(graph.output_values()) | {v for _, v in graph.mutations}
         self.folded = {}   # the index-maths nodes asked of `folds` (in graph order) -> its answer
+        # (a plan adopted was searched with them)
+        self.feeds, self.fed_by, self.below = tie_links(graph.nodes, self.users, self.kind.__getitem__) \
+            if searching else ({}, {}, {})
         if not searching:  # the clusters and their graph are `adopt`'s
             return
         self.owner = {n: self.single_cluster(n) for n in graph.nodes}
@@ -483,7 +623,54 @@ class _Partition:
         if self.kind[node] == "gather":
             c.gather_reads = set(c.reads)
         c.space = self.single_space(c)
+        if self.feeds and node in self.feeds:
+            c.feeds = self.feeds[node]
+        if self.fed_by and node in self.fed_by:
+            c.fed_by = self.fed_by[node]
         return c
+
+    def ties(self, a, b):
+        """Whether merging clusters ``a`` and ``b`` makes a tie point (`tie_points`) depend on another it did not
+        depend on, where the two lose by it (`tied`): one of them reads the one's result, the other reaches the
+        other. GPT's MLP backward: the GELU that the c_proj weight's gradient reads, in the kernel of the GELU's
+        backward, which reads the c_proj input gradient's product: the two products then ran one after the other
+        rather than as a pair. A hand-written RMSNorm step: ``x * rstd`` (after the forward's mean of squares) in
+        one pointwise kernel with the backward's ``g * w * x`` (before its row mean): the two means, which may share
+        a loop, took two kernels. Reductions that share a loop by the merge merge all the same: that is the gain
+        the rule keeps for others (a layer norm backward's row sums, one of which reads the forward's mean that the
+        other could share a loop with), and a kernel less is worth more than a pair of products run at once, which
+        only more than one thread gains."""
+        if a.reductions and b.reductions:
+            return False
+        for x, y in ((a, b), (b, a)):
+            if not x.feeds or not y.fed_by:
+                continue
+            for p1 in y.fed_by - x.fed_by:
+                for p2 in x.feeds - y.feeds:
+                    if p1 is p2 or p2 in self.below[p1] or p1 in self.below[p2] or not tied(p1, p2):
+                        continue
+                    c1, c2 = self.owner[p1], self.owner[p2]
+                    if c1 in (a, b) and c2 in (a, b):  # (both in the merged cluster: a shared loop)
+                        continue
+                    if not self.reaches(c1, c2):
+                        return True
+        return False
+
+    def reaches(self, p, q):
+        """Whether cluster ``p`` reaches cluster ``q`` in the graph of clusters (searched between them in the
+        topological order)."""
+        lo, hi = self.pos[p], self.pos[q]
+        if lo >= hi:
+            return False
+        stack, seen = [p], {p}
+        while stack:
+            for t in self.dag.succ[stack.pop()]:
+                if t is q:
+                    return True
+                if t not in seen and self.pos[t] < hi:
+                    seen.add(t)
+                    stack.append(t)
+        return False
 
     def single_space(self, c):
         """The iteration space of a one-node cluster (None for an external call)."""
@@ -639,6 +826,10 @@ class _Partition:
             keep.gather_reads.discard(v)
         keep.pointwise, keep.space, keep.shapes = union.pointwise, union.space, union.shapes
         keep.gather = keep.gather or gone.gather
+        if gone.feeds:
+            keep.feeds = keep.feeds | gone.feeds
+        if gone.fed_by:
+            keep.fed_by = keep.fed_by | gone.fed_by
 
     # Merging ---------------------------------------------------------------------------------------
 
@@ -667,7 +858,7 @@ class _Partition:
         if a is b or len(a.nodes) + len(b.nodes) > MAX_GROUP_NODES:
             return False
         form = self.union_form(a, b)
-        if form is None:
+        if form is None or self.ties(a, b):
             return False
         p, q = (a, b) if self.pos[a] < self.pos[b] else (b, a)
         linked = self.linked_between(p, q)
@@ -854,5 +1045,5 @@ class _Partition:
         return [self.group(c) for c in order]
 
 
-__all__ = ["Group", "dependent_reductions", "fuse", "fuse_with_plan", "reduced_dims", "reduction_sides",
-           "row_reduction", "same_reduction"]
+__all__ = ["Group", "dependent_reductions", "fuse", "fuse_with_plan", "merge_repeats", "product_work",
+           "reduced_dims", "reduction_sides", "row_reduction", "same_reduction", "tie_links", "tie_points", "tied"]

@@ -13,8 +13,15 @@ gradient after them: one kernel wrote ``g * w``, ``g * w * rstd`` and its negati
 the three kernels after it (a compile(model) GPT's backward graph, where the saved ``rstd`` is an input and no
 external node lies between); its forward wrote ``x - mean`` for the normalisation after the variance's sum.
 
+The same holds where fusion keeps two kernels apart so that two products may run at once as a pair, or two
+reductions share a loop (`fusion.tie_points`): GPT's MLP backward (compile(model)) reads ``h = a + b``, its
+``cdf`` and ``pdf`` in the GELU's backward, whose kernel reads the c_proj input gradient's product, while the GELU
+that the c_proj weight gradient's product reads comes from ``h`` and ``cdf`` too: the backward computes them again
+rather than reading three values the GELU's kernel wrote (`_ties`).
+
 For a pointwise node ``n`` whose value some node ``c`` reads that ``n`` also reaches through an external node or a
-reduction (so fusion could never put ``n`` and ``c`` in one group), this pass gives ``c`` a copy of ``n`` and of the
+reduction (so fusion could never put ``n`` and ``c`` in one group), or where ``n``'s cone reaches one tie point and
+``c`` reads another's result (which fusion keeps apart), this pass gives ``c`` a copy of ``n`` and of the
 pointwise nodes it is computed from (its cone), back to values that lie in memory anyway (graph inputs and
 constants, the results of nodes that are not pointwise, values an external node reads, directly or through a
 view) and small views (of fewer than an eighth of the value's elements: a batch norm's per-channel
@@ -61,7 +68,7 @@ from ...runtime.strided import contiguous_strides
 from ..graph import Node, Value
 from ..lowerable import kind_of
 from ..values import TensorType
-from . import dce
+from . import dce, fusion
 from .rewrite import graph_pass, has_effects, substitute
 from .simplify import permutation_chain
 
@@ -100,8 +107,8 @@ def _readers(graph):
 
 
 def _across_barriers(graph, readers, kind):
-    """{node: bit set (over node positions) of the nodes it reaches through at least one external node or reduction
-    (`BARRIERS`)}."""
+    """({node: bit set (over node positions) of the nodes it reaches through at least one external node or reduction
+    (`BARRIERS`)}, {node: its position}, {node: bit set of every node it reaches})."""
     position = {node: i for i, node in enumerate(graph.nodes)}
     below, across = {}, {}  # below: every node reached; across: those reached through a barrier
     for node in reversed(graph.nodes):
@@ -112,7 +119,15 @@ def _across_barriers(graph, readers, kind):
                 through |= ((1 << position[reader]) | below[reader]) if kind(reader) in BARRIERS \
                     else across[reader]
         below[node], across[node] = reach, through
-    return across, position
+    return across, position, below
+
+
+def _ties(feeds, fed_by, below, position):
+    """Whether one kernel computing a value that reaches the tie points ``feeds`` and a node that the tie points
+    ``fed_by`` reach would make a point depend on another it does not depend on (`fusion.tie_links`, `fusion.tied`;
+    fusion then keeps them in two kernels, `fusion._Partition.ties`, and the copy lets the second read no more)."""
+    return any(p1 is not p2 and not (below[p1] >> position[p2] & 1) and not (below[p2] >> position[p1] & 1)
+               and fusion.tied(p1, p2) for p1 in fed_by for p2 in feeds)
 
 
 def _pinned(graph):
@@ -184,7 +199,8 @@ def copies(graph):
     readers = _readers(graph)
     kinds = {node: kind_of(node) for node in graph.nodes}  # (asked ~10 times a node: 36 -> 12 ms on a GPT step)
     kind = kinds.__getitem__
-    across, position = _across_barriers(graph, readers, kind)
+    across, position, below = _across_barriers(graph, readers, kind)
+    feeds, fed_by, _ = fusion.tie_links(graph.nodes, readers, kind)
     pinned = _pinned(graph)
     made, wanted = [], {}  # wanted: reader -> the originals it has a copy of
     count = 0
@@ -197,10 +213,12 @@ def copies(graph):
         cone, leaves = _cone(value, readers, pinned, kind)
         if cone is None:
             continue
-        reached = 0
+        reached, reaching = 0, set()
         for original in cone:
             reached |= across[original]
-        far = [r for r in readers.get(value, ()) if reached >> position[r] & 1]
+            reaching.update(feeds.get(original, ()))
+        far = [r for r in readers.get(value, ()) if reached >> position[r] & 1
+               or reaching and r in fed_by and _ties(reaching, fed_by[r], below, position)]
         small = _elements(value) / SMALL_LEAF
         if not far or sum(_bytes(v) for v in leaves if _elements(v) >= small) > _bytes(value):
             continue
