@@ -266,12 +266,14 @@ def staged_tiles(bld, b, e, sizes, writes, compute, start=None, end=None):
     bld.loops(b, sizes[:-2], one_tile, start, end)
 
 
-def _stages(bld, sizes, tiled, strides):
+def _stages(bld, sizes, tiled, strides, in_place=()):
     """Whether a CPU kernel whose loop nest `_tiled` cut (``tiled``, from ``sizes``) runs as `staged_tiles`:
-    every output written with unit stride along the last dim, and none in place of an input (a tile's reads
-    all come before its writes)."""
-    return (bld.target is CPU and len(tiled) != len(sizes) and not bld.aliases
-            and all(s[-1] == 1 for s in strides))
+    every output written with unit stride along the last dim, and each output written in place of an input
+    (``bld.aliases``) read only where it is written: ``in_place`` holds (the strides and offset of each read
+    of such an input, the output's strides), and a tile's reads all come before its writes, which is safe
+    only where no element of the tile is read after another one is written over."""
+    return (bld.target is CPU and len(tiled) != len(sizes) and all(s[-1] == 1 for s in strides)
+            and all(read == (out, 0) for read, out in in_place))
 
 
 # Views whose result, where they cannot be a view, is their input's elements copied in row-major order.
@@ -630,7 +632,10 @@ def build_pointwise(group, name, target=None, aliases=None, layouts=None):
         for out, s in zip(outputs, values(b, idx)):
             e.store(s, b.gep(ptr[out], [bld.offset(b, idx, out_strides[out], 0)]))
 
-    if _stages(bld, flat, sizes, collapsed[len(leaves):]):
+    # (an output written in place of an input: each read of that input's buffer, with the output's strides)
+    in_place = [((leaf_strides[v], bld.geometry[v][3]), out_strides[out]) for out, src in bld.aliases.items()
+                for v in leaves if bld.geometry[v][0] is src]
+    if _stages(bld, flat, sizes, collapsed[len(leaves):], in_place):
         staged_tiles(bld, b, e, sizes, [(ptr[out], out_strides[out]) for out in outputs], values,
                      kernel.args[0], kernel.args[1])
     else:
@@ -685,7 +690,7 @@ def build_copy(group, name, target=None, aliases=None, layouts=None):
     def body(b, idx):
         e.store(value(b, idx), b.gep(ptr[out], [bld.offset(b, idx, write, 0)]))
 
-    if _stages(bld, flat, sizes, [write]):
+    if not bld.aliases and _stages(bld, flat, sizes, [write]):
         staged_tiles(bld, b, e, sizes, [(ptr[out], write)], lambda b, idx: [value(b, idx)],
                      kernel.args[0], kernel.args[1])
     else:
