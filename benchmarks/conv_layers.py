@@ -7,6 +7,8 @@ Per layer, the calling thread's CPU ms per call (median) at one thread:
 
     torch fwd / jt fwd        the layer's forward (F.conv2d or F.conv_transpose2d), eager
     torch f+b / jt f+b        forward and backward of ``(y * g).sum()`` with respect to input and weight
+    jc f+b                    the same forward and backward as one jitorch.compile'd call (its layout changes
+                              between the batch-innermost products and NCHW are generated kernels)
     windows                   jitorch's im2col copy alone (a convolution's window view merged; none for a
                               transposed one, whose col2im is the accumulation below)
     gemm                      jitorch's product alone, on compact operands of the layer's shapes (a generated kernel
@@ -77,9 +79,17 @@ def layer_calls(torch, transposed, xshape, wshape, stride, padding):
         txg.grad = twg.grad = None
         (tconv(txg, twg, stride=stride, padding=padding) * tgy).sum().backward()
 
+    def step(x, w, gy):
+        (conv(x, w, stride=stride, padding=padding) * gy).sum().backward()
+        return x.grad, w.grad
+    compiled = jt.compile(step)
+
+    def jc_fb():
+        return compiled(x.clone().requires_grad_(), w.clone().requires_grad_(), gy)
+
     calls = {"torch fwd": lambda: tconv(tx, tw, stride=stride, padding=padding),
              "jt fwd": lambda: conv(x, w, stride=stride, padding=padding),
-             "torch f+b": torch_fb, "jt f+b": jt_fb}
+             "torch f+b": torch_fb, "jt f+b": jt_fb, "jc f+b": jc_fb}
     n, c = xshape[:2]
     kernel = wshape[2:]
     if transposed:
@@ -107,7 +117,7 @@ def layer_calls(torch, transposed, xshape, wshape, stride, padding):
     return calls
 
 
-COLUMNS = ("torch fwd", "jt fwd", "torch f+b", "jt f+b", "windows", "gemm", "blas", "col2im")
+COLUMNS = ("torch fwd", "jt fwd", "torch f+b", "jt f+b", "jc f+b", "windows", "gemm", "blas", "col2im")
 
 
 def main(argv=None):
