@@ -16,16 +16,18 @@ import numpy as np
 from ..runtime import threads
 from ..runtime.copy_parts import SPLIT_MIN, copy as _copy, fill as fill_split
 from ..runtime.device import CPU
-from ..runtime.strided import (CONTIGUOUS_STRIDES, INT64_MAX, broadcast_shapes, check_numel, contiguous_strides,
-                               contiguous_strides_cached, dense_strides, infer_size,
-                               is_contiguous, is_non_overlapping_and_dense, list_str, may_overlap,
+from ..runtime.strided import (CONTIGUOUS_STRIDES, INT64_MAX, broadcast_shapes, channels_last_strides,
+                               check_numel, contiguous_strides, contiguous_strides_cached, dense_strides, infer_size,
+                               is_channels_last_contiguous, is_contiguous, is_strides_like_channels_last, is_non_overlapping_and_dense, list_str, may_overlap,
                                view_strides, wrap_dim, wrap_dims)
 from . import registry
 from .registry import TensorSpec, defop, scalar_name
 
 
 class memory_format:
-    """torch.memory_format: how ``clone`` and ``contiguous`` lay out a copy."""
+    """torch.memory_format: the dims' order in memory of a copy (``clone``, ``contiguous``, ``to``, ``empty``,
+    the ``_like`` factories) or of an ``is_contiguous`` test. A layout is only strides: a channels-last tensor
+    is an NCHW-shaped tensor whose memory is NHWC."""
 
     __slots__ = ("name",)
 
@@ -38,6 +40,10 @@ class memory_format:
 
 preserve_format = memory_format("preserve_format")
 contiguous_format = memory_format("contiguous_format")
+channels_last = memory_format("channels_last")
+channels_last_3d = memory_format("channels_last_3d")
+
+_CHANNELS_LAST_RANK = {channels_last: 4, channels_last_3d: 5}
 
 
 def _check_memory_format(op_name, fmt, allowed):
@@ -46,6 +52,36 @@ def _check_memory_format(op_name, fmt, allowed):
                         f"not {type(fmt).__name__}")
     if fmt is not None and fmt not in allowed:
         raise RuntimeError(f"{fmt.name.split('_')[0]} memory format is unsupported by the {op_name} operator")
+
+
+ALL_FORMATS = (preserve_format, contiguous_format, channels_last, channels_last_3d)
+
+
+def format_strides(fmt, shape):
+    """The strides of a new tensor of ``shape`` in memory format ``fmt`` (contiguous_format or a channels-last
+    one), None for contiguous; torch's RuntimeError where a channels-last format does not fit the rank."""
+    rank = _CHANNELS_LAST_RANK.get(fmt)
+    if rank is None:
+        return None
+    if len(shape) != rank:
+        raise RuntimeError(f"required rank {rank} tensor to use {fmt.name} format")
+    return channels_last_strides(tuple(shape))
+
+
+def suggest_memory_format(shape, strides):
+    """torch's ``suggest_memory_format``: channels_last (channels_last_3d) for a 4-d (5-d) tensor whose strides
+    step in that order (`runtime.strided.is_strides_like_channels_last`), else contiguous_format."""
+    if is_strides_like_channels_last(shape, strides):
+        return channels_last if len(shape) == 4 else channels_last_3d
+    return contiguous_format
+
+
+def is_contiguous_as(shape, strides, fmt):
+    """torch's ``is_contiguous(memory_format=fmt)``: a channels-last format asks for its rank and order (size-1
+    dims not looked at), any other the row-major test."""
+    if fmt in _CHANNELS_LAST_RANK:
+        return len(shape) == _CHANNELS_LAST_RANK[fmt] and is_channels_last_contiguous(shape, strides)
+    return is_contiguous(shape, strides)
 
 
 def _type_str(x):
@@ -639,20 +675,23 @@ def compact(t):
 
 
 def _clone_strides(spec, x, fmt):
-    """``clone``'s layout rule: `registry.preserved_strides`; contiguous when asked."""
-    return None if fmt is contiguous_format else registry.preserved_strides(spec, x)
+    """``clone``'s layout rule: `registry.preserved_strides`; the format's when asked."""
+    if fmt is None or fmt is preserve_format:
+        return registry.preserved_strides(spec, x)
+    return format_strides(fmt, x.shape)
 
 
 def _clone_meta(x, fmt):
-    _check_memory_format("clone", fmt, (preserve_format, contiguous_format))
+    _check_memory_format("clone", fmt, ALL_FORMATS)
+    format_strides(fmt, x.shape)
     return TensorSpec(x.shape, x.dtype, x.device)
 
 
 def _clone_cpu(spec, x, fmt):
     item = x.itemsize
     shape, strides = x.shape, tuple(s // item for s in x.strides)
-    if fmt is contiguous_format:
-        strides = contiguous_strides(shape)
+    if fmt is not None and fmt is not preserve_format:
+        strides = format_strides(fmt, shape) or contiguous_strides(shape)
     elif not is_non_overlapping_and_dense(shape, strides):
         strides = dense_strides(shape, strides)
     span = 1 + sum((n - 1) * s for n, s in zip(shape, strides)) if 0 not in shape else 0
@@ -662,14 +701,19 @@ def _clone_cpu(spec, x, fmt):
 
 
 def _contiguous(x, fmt):
-    _check_memory_format("contiguous", fmt, (contiguous_format,))
-    return x if is_contiguous(x.shape, x._stride) else x.clone(memory_format=contiguous_format)
+    _check_memory_format("contiguous", fmt, ALL_FORMATS)
+    fmt = contiguous_format if fmt is None else fmt
+    if is_contiguous_as(x.shape, x._stride, fmt):
+        return x
+    _check_memory_format("contiguous", fmt, (contiguous_format, channels_last, channels_last_3d))
+    return x.clone(memory_format=fmt)
 
 
 defop("clone(Tensor self, *, Any? memory_format=None) -> Tensor", meta=_clone_meta, cpu=_clone_cpu, kind="copy",
       layout=_clone_strides,
       doc="A copy of ``self`` in new memory; keeps a dense layout's strides (``preserve_format``), otherwise "
-          "its dims' order, or is contiguous with ``memory_format=contiguous_format``.")
+          "its dims' order, or is laid out in ``memory_format`` (contiguous_format, channels_last for 4-d, "
+          "channels_last_3d for 5-d) when given.")
 def _contiguous_fast(args, record=True):
     """`registry.OpDef.fast` of ``contiguous``: ``x`` itself if contiguous, else a contiguous copy of a CPU
     tensor (as `_clone_cpu` copies) made without the composite's clone through the general path; None for
@@ -688,7 +732,8 @@ def _contiguous_fast(args, record=True):
 
 
 _op = defop("contiguous(Tensor self, *, Any? memory_format=None) -> Tensor", composite=_contiguous, variants=("method",),
-            doc="``self`` if it is contiguous, else a contiguous copy.")
+            doc="``self`` if it is contiguous in ``memory_format`` (contiguous_format by default, channels_last, "
+                "channels_last_3d), else such a copy.")
 _op.fast = _contiguous_fast
 defop("reshape(Tensor self, int... shape) -> Tensor", composite=_reshape, view_when=_reshape_view,
       doc="``self`` with another shape: a view when the strides allow one, else a contiguous copy.")
@@ -1036,7 +1081,7 @@ defop("_as_strided_add(Tensor self, Tensor src, int[] size, int[] stride, int? s
           "every share. The backward of an overlapping ``as_strided``.")
 
 
-__all__ = ["memory_format", "preserve_format", "contiguous_format", "dense_strides", "compact_window"]
+__all__ = ["memory_format", "preserve_format", "contiguous_format", "channels_last", "channels_last_3d", "dense_strides", "compact_window"]
 
 
 def _integral_start(convert):
