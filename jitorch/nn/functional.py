@@ -195,6 +195,9 @@ def _constant_pad(x, pad, value):
     """``x`` cropped by the negative widths, then grown by the positive ones: always a new tensor, as torch's
     (a pad of zero or negative widths is a copy, not the input or a view of it, which a write would reach)."""
     dims = [(x.ndim - 1 - k, pad[2 * k], pad[2 * k + 1]) for k in range(len(pad) // 2)]
+    fmt = suggest_memory_format(x._shape, x._stride)  # (torch's constant_pad_nd keeps a channels-last layout)
+    if fmt is not contiguous_format and x.requires_grad and jt.is_grad_enabled():
+        x = _GradInFormat.apply(x, None)  # (its backward is a pad of the gradient, in the gradient's format)
     for dim, left, right in dims:  # (cropped first: the last cat's result is compact, as torch's)
         if left < 0:
             x = x.narrow(dim, -left, x.shape[dim] + left)
@@ -210,7 +213,7 @@ def _constant_pad(x, pad, value):
             parts.append(jt.full(shape, value, dtype=x.dtype, device=x.device) if width else None)
         if parts[0] is not None or parts[1] is not None:
             x = jt.cat([p for p in (parts[0], x, parts[1]) if p is not None], dim)
-    return x
+    return x if fmt is contiguous_format else _laid_out_as(x, fmt)
 
 
 def _pad_op(input, pad, mode="constant", value=None):
@@ -391,8 +394,9 @@ def _conv_steps(weight, stride, dilation, nd):
 
 
 class _GradInFormat(jt.autograd.Function):
-    """The identity, whose backward lays its gradient out in a memory format: torch's convolution, normalisation
-    and pooling kernels compute their inputs' gradients in the format of their forward's result."""
+    """The identity, whose backward lays its gradient out in a memory format (None: the one the gradient itself
+    suggests): torch's convolution, normalisation and pooling kernels compute their inputs' gradients in the format
+    of their forward's result."""
 
     @staticmethod
     def forward(ctx, x, fmt):
@@ -401,7 +405,8 @@ class _GradInFormat(jt.autograd.Function):
 
     @staticmethod
     def backward(ctx, g):
-        return _laid_out_as(g, ctx.fmt), None
+        fmt = suggest_memory_format(g._shape, g._stride) if ctx.fmt is None else ctx.fmt
+        return _laid_out_as(g, fmt), None
 
 
 def _laid_out_as(t, fmt):
@@ -460,6 +465,14 @@ def _in_suggested_format(*names, formats=_same_format):
     return decorate
 
 
+def _conv_formats(args, fmt):
+    """torch's CPU convolution computes in channels-last where oneDNN runs it; its float64 3-d convolution (the
+    slow path) gives contiguous results and gradients."""
+    if fmt is jt.channels_last_3d and args[0].dtype is jt.float64:
+        return contiguous_format, contiguous_format
+    return fmt, fmt
+
+
 def _avg_pool_formats(args, fmt):
     """torch's CPU average pooling keeps channels_last; of channels_last_3d input it gives contiguous results."""
     return (fmt, fmt) if fmt is jt.channels_last else (contiguous_format, contiguous_format)
@@ -475,7 +488,7 @@ def _adaptive_avg_pool_formats(args, fmt):
 
 
 @_saves("input", "weight")
-@_in_suggested_format("input", "weight")
+@_in_suggested_format("input", "weight", formats=_conv_formats)
 def _conv(input, weight, bias, stride, padding, dilation, groups, nd):
     name = f"conv{nd}d"
     _check_conv(input, weight, bias, groups, nd, name)
@@ -531,7 +544,7 @@ def _as_2d_at_least(values, fill):
 
 
 @_saves("input", "weight")
-@_in_suggested_format("input", "weight")
+@_in_suggested_format("input", "weight", formats=_conv_formats)
 def _conv_transpose(input, weight, bias, stride, padding, output_padding, groups, dilation, nd):
     """The gradient of ``conv{nd}d`` with respect to its input, as a layer.
 
