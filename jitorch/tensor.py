@@ -1145,11 +1145,11 @@ def _flat_tensor(storage):
 
 def _cast_method(name, dtype):
     def cast(self, memory_format=preserve_format):
-        _check_memory_format(name, memory_format, (preserve_format, contiguous_format))
+        _check_memory_format(name, memory_format, ALL_FORMATS)
         return self.to(dtype, memory_format=memory_format)
     cast.__name__ = cast.__qualname__ = name
     cast.__doc__ = f"``self.to({dtype})``: self when it already is {dtype}, else a copy (strides kept unless " \
-        "``memory_format=jitorch.contiguous_format``)."
+        "``memory_format`` is given: contiguous_format, channels_last, channels_last_3d)."
     return cast
 
 

@@ -16,6 +16,8 @@ COPIES = {
     "to(float64)": lambda L, x, f: x.to(L.float64, memory_format=f),
     "to(dtype=int32, copy)": lambda L, x, f: x.to(dtype=L.int32, copy=True, memory_format=f),
     "to(cpu)": lambda L, x, f: x.to("cpu", memory_format=f),
+    "float()": lambda L, x, f: x.float(memory_format=f),
+    "double()": lambda L, x, f: x.double(memory_format=f),
     "empty_like": lambda L, x, f: L.empty_like(x, memory_format=f).fill_(1.5),
     "zeros_like": lambda L, x, f: L.zeros_like(x, memory_format=f),
     "ones_like": lambda L, x, f: L.ones_like(x, dtype=L.float64, memory_format=f),
