@@ -378,19 +378,22 @@ class Tensor:
         self._set_geometry(fresh._shape, strides, 0)
 
     def resize_(self, *sizes, memory_format=None):
-        """Give this tensor ``sizes`` (contiguous strides) from its offset: over its memory when that holds
-        enough elements, else over new memory that starts with the old elements (other tensors on the old
+        """Give this tensor ``sizes`` (contiguous strides, or ``memory_format``'s) from its offset: over its memory
+        when that holds enough elements, else over new memory that starts with the old elements (other tensors on the old
         memory keep it: a strided view never moves)."""
         if not sizes:
             raise TypeError('resize_() missing 1 required positional arguments: "size"')
         if self._requires_grad:
             raise RuntimeError("cannot resize variables that require grad")
-        _check_memory_format("resize_", memory_format, (preserve_format, contiguous_format))
+        _check_memory_format("resize_", memory_format, ALL_FORMATS)
+        if memory_format is preserve_format:
+            raise RuntimeError("Unsupported memory formatPreserve")  # (torch's words, without a space)
         shape = tuple(sizes[0]) if len(sizes) == 1 and isinstance(sizes[0], (tuple, list)) else tuple(sizes)
         if any(n < 0 for n in shape):
             raise RuntimeError(f"Trying to create tensor with negative dimension {min(shape)}: {list(shape)}")
+        strides = format_strides(memory_format, shape) or contiguous_strides(shape)
         old, needed = self._storage, self._offset + prod(shape)
-        if (shape, contiguous_strides(shape)) != (self._shape, self._stride):
+        if (shape, strides) != (self._shape, self._stride):
             for watcher in VALUE_WATCHERS:  # (a graph cannot give the caller's tensors another geometry)
                 watcher.data_replaced(self)
         if needed > old.size:
@@ -399,7 +402,7 @@ class Tensor:
             self._storage = Storage.empty(needed, self.dtype, self.device)
             if old.size and self.device.type != "meta":
                 Tensor._make(self._storage, (old.size,), (1,), 0).copy_(Tensor._make(old, (old.size,), (1,), 0))
-        self._set_geometry(shape, contiguous_strides(shape), self._offset)
+        self._set_geometry(shape, strides, self._offset)
         self._bump_version()
         return self
 

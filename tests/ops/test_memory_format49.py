@@ -138,3 +138,18 @@ def test_cat_of_channels_last_inputs_is_channels_last_without_the_contiguous_fas
         assert L.cat([x, x], 1).stride() == (120, 1, 30, 6)
         assert L.cat([x, L.zeros(2, 3, 4, 5)], 1).stride() == (120, 20, 5, 1)
         assert L.cat([L.zeros(2, 3, 4, 5), x], 1).stride() == (120, 20, 5, 1)
+
+
+def test_resize_in_a_memory_format_restrides_as_torch():
+    for L in (torch, jitorch):
+        x = L.zeros(2, 3, 4, 5)
+        assert x.resize_(2, 3, 4, 5, memory_format=L.channels_last).stride() == (60, 1, 15, 3)
+        assert L.zeros(2, 3).resize_(3, 3, 4, 5, memory_format=L.channels_last).stride() == (60, 1, 15, 3)
+        assert L.zeros(1).resize_(2, 3, 2, 2, 2, memory_format=L.channels_last_3d).stride() == (24, 1, 12, 6, 3)
+        like = L.zeros(2, 3, 4, 5).contiguous(memory_format=L.channels_last)
+        assert L.zeros(2, 3, 4, 5).resize_as_(like).stride() == (60, 20, 5, 1)
+        assert L.zeros(2, 3, 4, 5).resize_as_(like, memory_format=L.channels_last).stride() == (60, 1, 15, 3)
+        with pytest.raises(RuntimeError, match="^required rank 4 tensor to use channels_last format$"):
+            L.zeros(2, 3).resize_(2, 3, memory_format=L.channels_last)
+        with pytest.raises(RuntimeError, match="^Unsupported memory formatPreserve$"):
+            L.zeros(2, 3).resize_(2, 3, memory_format=L.preserve_format)
