@@ -20,12 +20,12 @@ from ..runtime import dtypes as _dt
 from ..runtime.casts import convert
 from ..runtime.copy_parts import fill as fill_split
 from ..runtime.device import CPU, get_default_device, to_device
+from ..runtime.memory_format import ALL_FORMATS, check_memory_format, format_strides, preserve_format
 from ..runtime.storage import Storage
 from ..runtime.strided import (broadcast_shapes, contiguous_strides, dense_strides, is_non_overlapping_and_dense,
                                numel_overflows, span)
 from . import powers, registry
 from .registry import TensorSpec, defop, preserved_strides, scalar_name, write_all
-from .views import ALL_FORMATS, _check_memory_format, format_strides, preserve_format
 
 # torch's "tensor options" keywords of every factory
 OPTIONS = "ScalarType? dtype=None, Device? device=None, bool requires_grad=False"
@@ -399,7 +399,7 @@ def like_spec(x, dtype, device, fmt=None, name=None):
     """The spec of a ``_like`` output: ``x``'s shape, its dtype and device unless given; op ``name``'s memory
     format ``fmt`` checked as torch checks it (its type, a channels-last format's rank)."""
     if name is not None:
-        _check_memory_format(name, fmt, ALL_FORMATS)
+        check_memory_format(name, fmt, ALL_FORMATS)
         format_strides(fmt, x.shape)
     return TensorSpec(x.shape, dtype or x.dtype, x.device if device is None else to_device(device))
 
@@ -415,7 +415,7 @@ def like_strides(spec, x, *rest):
 
 def _empty_meta(size, dtype, device, requires_grad, fmt):
     """``empty``'s spec: a memory format must fit the rank, and preserve_format has nothing to preserve."""
-    _check_memory_format("empty", fmt, ALL_FORMATS)
+    check_memory_format("empty", fmt, ALL_FORMATS)
     if fmt is preserve_format:
         raise RuntimeError("unsupported memory format Preserve")
     spec = sized_spec(size, dtype, device)

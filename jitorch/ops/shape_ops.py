@@ -12,13 +12,13 @@ import numpy as np
 from ..runtime import dtypes as _dt
 from ..runtime.casts import convert
 from ..runtime.device import CPU
+from ..runtime.memory_format import contiguous_format, format_strides, suggest_memory_format
 from ..runtime.strided import list_str, wrap_dim, wrap_dims
 from .meta import reduced_shape
 from . import functions
 from . import registry
 from .registry import TensorSpec, defop, scalar_name
 from .searching import unique_dim
-from .views import contiguous_format, format_strides, suggest_memory_format
 
 
 def _require_tensors(op_name, tensors):
