@@ -6,13 +6,14 @@ from ._lobpcg import lobpcg  # noqa: F401
 from ._lowrank import pca_lowrank, svd_lowrank  # noqa: F401
 from .linalg import matrix_norm as _matrix_norm, vector_norm as _vector_norm
 from .ops.registry import FUNCTIONS as _FUNCTIONS
-from .ops.views import contiguous_format, memory_format, preserve_format
+from .ops.views import channels_last, channels_last_3d, contiguous_format, memory_format, preserve_format
 from .runtime import strided as _strided
 from .runtime.grad_mode import is_inference_mode_enabled
 from .runtime.layout import layout, strided
 from .tensor import Size, Tensor
 
-__all__: list = ["memory_format", "preserve_format", "contiguous_format", "broadcast_shapes", "detach", "detach_",
+__all__: list = ["memory_format", "preserve_format", "contiguous_format", "channels_last", "channels_last_3d",
+                 "broadcast_shapes", "detach", "detach_",
                  "get_device", "layout", "strided", "is_inference_mode_enabled", "einsum", "nuclear_norm",
                  "frobenius_norm", "svd_lowrank", "pca_lowrank", "lobpcg"]
 

@@ -29,7 +29,8 @@ from .runtime.strided import contiguous_strides, is_contiguous, wrap_dim
 from .ops import registry as _registry
 from .ops.registry import CONTIGUOUS_STRIDES as _CONTIGUOUS, contiguous_strides_cached
 from .ops import creation as _creation
-from .ops.views import _check_memory_format, contiguous_format, preserve_format
+from .ops.views import (ALL_FORMATS, _check_memory_format, contiguous_format, format_strides, is_contiguous_as,
+                        preserve_format, suggest_memory_format)
 from .ops import factories as _factories
 from .ops import indexing as _indexing
 from .ops import dlpack as _dlpack
@@ -377,19 +378,22 @@ class Tensor:
         self._set_geometry(fresh._shape, strides, 0)
 
     def resize_(self, *sizes, memory_format=None):
-        """Give this tensor ``sizes`` (contiguous strides) from its offset: over its memory when that holds
-        enough elements, else over new memory that starts with the old elements (other tensors on the old
+        """Give this tensor ``sizes`` (contiguous strides, or ``memory_format``'s) from its offset: over its memory
+        when that holds enough elements, else over new memory that starts with the old elements (other tensors on the old
         memory keep it: a strided view never moves)."""
         if not sizes:
             raise TypeError('resize_() missing 1 required positional arguments: "size"')
         if self._requires_grad:
             raise RuntimeError("cannot resize variables that require grad")
-        _check_memory_format("resize_", memory_format, (preserve_format, contiguous_format))
+        _check_memory_format("resize_", memory_format, ALL_FORMATS)
+        if memory_format is preserve_format:
+            raise RuntimeError("Unsupported memory formatPreserve")  # (torch's words, without a space)
         shape = tuple(sizes[0]) if len(sizes) == 1 and isinstance(sizes[0], (tuple, list)) else tuple(sizes)
         if any(n < 0 for n in shape):
             raise RuntimeError(f"Trying to create tensor with negative dimension {min(shape)}: {list(shape)}")
+        strides = format_strides(memory_format, shape) or contiguous_strides(shape)
         old, needed = self._storage, self._offset + prod(shape)
-        if (shape, contiguous_strides(shape)) != (self._shape, self._stride):
+        if (shape, strides) != (self._shape, self._stride):
             for watcher in VALUE_WATCHERS:  # (a graph cannot give the caller's tensors another geometry)
                 watcher.data_replaced(self)
         if needed > old.size:
@@ -398,7 +402,7 @@ class Tensor:
             self._storage = Storage.empty(needed, self.dtype, self.device)
             if old.size and self.device.type != "meta":
                 Tensor._make(self._storage, (old.size,), (1,), 0).copy_(Tensor._make(old, (old.size,), (1,), 0))
-        self._set_geometry(shape, contiguous_strides(shape), self._offset)
+        self._set_geometry(shape, strides, self._offset)
         self._bump_version()
         return self
 
@@ -574,7 +578,13 @@ class Tensor:
         return self.numel() * self.dtype.itemsize
 
     def is_contiguous(self, memory_format=None):
-        return is_contiguous(self._shape, self._stride)
+        """Whether the elements are laid out densely in ``memory_format``'s order: row-major by default,
+        channels_last (a 4-d tensor's NHWC) or channels_last_3d (a 5-d tensor's NDHWC); size-1 dims' strides
+        are not looked at."""
+        if memory_format is None:
+            return is_contiguous(self._shape, self._stride)
+        _check_memory_format("is_contiguous", memory_format, ALL_FORMATS)
+        return is_contiguous_as(self._shape, self._stride, memory_format)
 
     def data_ptr(self):
         return self._storage.data_ptr() + self._offset * self.dtype.itemsize
@@ -1001,12 +1011,17 @@ class Tensor:
         if device.type == "cuda":
             from .runtime.cuda_memory import canonical
             device = canonical(device)  # "cuda" is the current device, cuda:0
-        _check_memory_format("to", fmt, (preserve_format, contiguous_format))
-        if dtype is self.dtype and device == self.device and not copy:
-            return self
-        out = self._copy_to(dtype, device, non_blocking)
-        # torch's copy keeps a dense input's strides unless asked for a contiguous one
-        return out.contiguous() if fmt is contiguous_format else out
+        _check_memory_format("to", fmt, ALL_FORMATS)
+        if dtype is self.dtype and device == self.device and not copy and (
+                fmt is None or fmt is preserve_format or fmt is suggest_memory_format(self._shape, self._stride)):
+            return self  # (torch's to_will_alias: a transposed matrix stays itself under contiguous_format)
+        if fmt is None or fmt is preserve_format:
+            return self._copy_to(dtype, device, non_blocking)
+        strides = format_strides(fmt, self._shape) or contiguous_strides(self._shape)  # (the rank's error first)
+        if dtype is self.dtype and device == self.device:
+            return self.clone(memory_format=fmt)
+        out = self._copy_to(dtype, device, non_blocking)  # (keeps a dense input's strides)
+        return out if out._stride == strides else out.clone(memory_format=fmt)
 
     def _copy_to(self, dtype, device, non_blocking):
         from .ops import registry
@@ -1133,11 +1148,11 @@ def _flat_tensor(storage):
 
 def _cast_method(name, dtype):
     def cast(self, memory_format=preserve_format):
-        _check_memory_format(name, memory_format, (preserve_format, contiguous_format))
+        _check_memory_format(name, memory_format, ALL_FORMATS)
         return self.to(dtype, memory_format=memory_format)
     cast.__name__ = cast.__qualname__ = name
     cast.__doc__ = f"``self.to({dtype})``: self when it already is {dtype}, else a copy (strides kept unless " \
-        "``memory_format=jitorch.contiguous_format``)."
+        "``memory_format`` is given: contiguous_format, channels_last, channels_last_3d)."
     return cast
 
 

@@ -12,6 +12,7 @@ and falls back otherwise: a rule may be partial, never wrong.
 from __future__ import annotations
 
 from ..ops import registry
+from ..runtime.memory_format import channels_last, channels_last_3d, format_strides
 from ..runtime.strided import contiguous_strides
 
 
@@ -115,7 +116,15 @@ def matmul(op, args, size, batched, physical):
 
 
 def like(op, args, size, batched, physical):
-    """Ops whose one tensor gives its shape to the result (``clone``, ``_to_copy``, ``zeros_like``)."""
+    """Ops whose one tensor gives its shape to the result (``clone``, ``_to_copy``, ``zeros_like``); a channels-last
+    memory format raises torch's errors (its clone's NYI, the rank error of a factory's physical tensor)."""
+    fmt = args[op.arg_names.index("memory_format")] if "memory_format" in op.arg_names else None
+    if fmt is channels_last or fmt is channels_last_3d:
+        if op.public_name == "clone":
+            raise RuntimeError("NYI: Tensor.clone(memory_format) inside vmap is only supported with memory_format "
+                               "jitorch.preserve_format or jitorch.contiguous_format (got "
+                               f"{'ChannelsLast' if fmt is channels_last else 'ChannelsLast3d'})")
+        format_strides(fmt, (size, *args[0].shape))
     return op, registry.map_tensors(op, args, physical)
 
 

@@ -28,7 +28,7 @@ from numbers import Number
 
 from ..ops import registry
 from ..ops.random_ops import Generator
-from ..ops.views import contiguous_format, preserve_format
+from ..ops.views import channels_last, channels_last_3d, contiguous_format, preserve_format
 from ..runtime.device import to_device
 from .graph import CODE_DTYPES, Graph, Node, TensorType, Value
 
@@ -56,7 +56,8 @@ _TOKEN = re.compile(r"""
 
 # Names that stand for literal values.
 _NAMED = {"True": True, "False": False, "None": None, "inf": math.inf, "nan": math.nan,
-          "contiguous_format": contiguous_format, "preserve_format": preserve_format, **CODE_DTYPES}
+          "contiguous_format": contiguous_format, "preserve_format": preserve_format, "channels_last": channels_last,
+          "channels_last_3d": channels_last_3d, **CODE_DTYPES}
 
 
 class Token:

@@ -16,6 +16,7 @@ check node of the graph while tracing, which a compiled call runs at each call.
 from __future__ import annotations
 
 import functools
+import inspect
 import math
 import warnings
 from typing import NamedTuple
@@ -39,6 +40,7 @@ from jitorch.ops.value_checks import check as _check_values
 from jitorch.ops.registry import DISPATCH_HOOKS as _HOOKS, OPS as _OPS, cpp_name, hooks_take_calls, scalar_name
 from jitorch.runtime import cuda_backend, fp_errors, profiling
 from jitorch.runtime.autocast_mode import STATE as _AUTOCAST
+from jitorch.ops.views import contiguous_format, format_strides, suggest_memory_format
 from jitorch.runtime.strided import contiguous_strides, is_contiguous
 
 __all__ = [
@@ -193,6 +195,9 @@ def _constant_pad(x, pad, value):
     """``x`` cropped by the negative widths, then grown by the positive ones: always a new tensor, as torch's
     (a pad of zero or negative widths is a copy, not the input or a view of it, which a write would reach)."""
     dims = [(x.ndim - 1 - k, pad[2 * k], pad[2 * k + 1]) for k in range(len(pad) // 2)]
+    fmt = suggest_memory_format(x._shape, x._stride)  # (torch's constant_pad_nd keeps a channels-last layout)
+    if fmt is not contiguous_format and x.requires_grad and jt.is_grad_enabled():
+        x = _GradInFormat.apply(x, None)  # (its backward is a pad of the gradient, in the gradient's format)
     for dim, left, right in dims:  # (cropped first: the last cat's result is compact, as torch's)
         if left < 0:
             x = x.narrow(dim, -left, x.shape[dim] + left)
@@ -208,7 +213,7 @@ def _constant_pad(x, pad, value):
             parts.append(jt.full(shape, value, dtype=x.dtype, device=x.device) if width else None)
         if parts[0] is not None or parts[1] is not None:
             x = jt.cat([p for p in (parts[0], x, parts[1]) if p is not None], dim)
-    return x
+    return x if fmt is contiguous_format else _laid_out_as(x, fmt)
 
 
 def _pad_op(input, pad, mode="constant", value=None):
@@ -388,7 +393,102 @@ def _conv_steps(weight, stride, dilation, nd):
     return stride, dilation
 
 
+class _GradInFormat(jt.autograd.Function):
+    """The identity, whose backward lays its gradient out in a memory format (None: the one the gradient itself
+    suggests): torch's convolution, normalisation and pooling kernels compute their inputs' gradients in the format
+    of their forward's result."""
+
+    @staticmethod
+    def forward(ctx, x, fmt):
+        ctx.fmt = fmt
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, g):
+        fmt = suggest_memory_format(g._shape, g._stride) if ctx.fmt is None else ctx.fmt
+        return _laid_out_as(g, fmt), None
+
+
+def _laid_out_as(t, fmt):
+    """``t`` with exactly the strides of memory format ``fmt`` (as torch's kernels allocate their results), a copy
+    where its strides differ (a size-1 dim's included); ``t`` itself where a channels-last format is not of its
+    rank (an unbatched input's result)."""
+    if fmt is contiguous_format:
+        return t if t._stride == contiguous_strides(t.shape) else t.clone(memory_format=fmt)
+    if t.ndim != _format_rank(fmt):
+        return t
+    return t if t._stride == format_strides(fmt, t.shape) else t.clone(memory_format=fmt)
+
+
+def _format_rank(fmt):
+    return 4 if fmt is jt.channels_last else 5
+
+
+def _same_format(args, fmt):
+    return fmt, fmt
+
+
+def _in_suggested_format(*names, formats=_same_format):
+    """Decorate a composite of a torch kernel that computes in its input's suggested memory format (convolution,
+    normalisation, pooling): where a tensor argument of ``names`` (the input first) is laid out channels-last by
+    torch's ``suggest_memory_format``, the results (a tensor or a tuple of them) and the gradients of the arguments
+    ``names`` are laid out in the formats that ``formats(positional args, that format)`` gives (result's,
+    gradients'), that format for both by default. Other layouts go through as the composite gives them."""
+    def decorate(fn):
+        params = list(inspect.signature(fn).parameters)
+        positions = [(params.index(n), n) for n in names]
+
+        @functools.wraps(fn)
+        def call(*args, **kwargs):
+            fmt = contiguous_format
+            for i, n in positions:
+                t = args[i] if i < len(args) else kwargs.get(n)
+                if isinstance(t, jt.Tensor) and t.ndim in (4, 5):
+                    fmt = suggest_memory_format(t._shape, t._stride)
+                    if fmt is not contiguous_format:
+                        break
+            if fmt is contiguous_format:
+                return fn(*args, **kwargs)
+            out_format, grad_format = formats(args, fmt)
+            if jt.is_grad_enabled():
+                args, kwargs = list(args), dict(kwargs)
+                for i, n in positions:
+                    held, key = (args, i) if i < len(args) else (kwargs, n)
+                    t = held[key] if held is args else held.get(key)
+                    if isinstance(t, jt.Tensor) and t.requires_grad and t.ndim == _format_rank(fmt):
+                        held[key] = _GradInFormat.apply(t, grad_format)
+            out = fn(*args, **kwargs)
+            if isinstance(out, tuple):
+                return tuple(_laid_out_as(o, out_format) for o in out)
+            return _laid_out_as(out, out_format)
+        return call
+    return decorate
+
+
+def _conv_formats(args, fmt):
+    """torch's CPU convolution computes in channels-last where oneDNN runs it; its float64 3-d convolution (the
+    slow path) gives contiguous results and gradients."""
+    if fmt is jt.channels_last_3d and args[0].dtype is jt.float64:
+        return contiguous_format, contiguous_format
+    return fmt, fmt
+
+
+def _avg_pool_formats(args, fmt):
+    """torch's CPU average pooling keeps channels_last; of channels_last_3d input it gives contiguous results."""
+    return (fmt, fmt) if fmt is jt.channels_last else (contiguous_format, contiguous_format)
+
+
+def _adaptive_avg_pool_formats(args, fmt):
+    """An output of size 1 is torch's mean (its gradient contiguous, its result in the input's format); otherwise
+    average pooling's formats."""
+    sizes = _adaptive_sizes(args[1], args[2], args[3])
+    if all(s == 1 for s in sizes):
+        return fmt, contiguous_format
+    return _avg_pool_formats(args, fmt)
+
+
 @_saves("input", "weight")
+@_in_suggested_format("input", "weight", formats=_conv_formats)
 def _conv(input, weight, bias, stride, padding, dilation, groups, nd):
     name = f"conv{nd}d"
     _check_conv(input, weight, bias, groups, nd, name)
@@ -444,6 +544,7 @@ def _as_2d_at_least(values, fill):
 
 
 @_saves("input", "weight")
+@_in_suggested_format("input", "weight", formats=_conv_formats)
 def _conv_transpose(input, weight, bias, stride, padding, output_padding, groups, dilation, nd):
     """The gradient of ``conv{nd}d`` with respect to its input, as a layer.
 
@@ -703,6 +804,7 @@ class _MaxPool(jt.autograd.Function):
 
 
 @_saves("input")
+@_in_suggested_format("input")
 def _max_pool(input, nd, kernel_size, stride, padding, dilation, ceil_mode, return_indices):
     geo = _Pool(input, f"max_pool{nd}d", nd, kernel_size, stride, padding, dilation, ceil_mode)
     if not return_indices and _tiling_pool(input, geo):
@@ -777,6 +879,7 @@ def _avg_divisor(geo, count_include_pad):
 
 
 @_saves("input")
+@_in_suggested_format("input", formats=_avg_pool_formats)
 def _avg_pool(input, nd, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override):
     geo = _Pool(input, f"avg_pool{nd}d", nd, kernel_size, stride, padding, 1, ceil_mode)
     if divisor_override is not None and divisor_override == 0:
@@ -841,6 +944,7 @@ def _check_output_size_dims(input, output_size, nd):
 
 
 @_saves("input")
+@_in_suggested_format("input", formats=_adaptive_avg_pool_formats)
 def _adaptive_avg_pool(input, output_size, nd, name):
     _check_output_size_dims(input, output_size, nd)
     if input.ndim not in (nd + 1, nd + 2):
@@ -891,6 +995,7 @@ def _adaptive_windows(size, out):
 
 
 @_saves("input")
+@_in_suggested_format("input")
 def _adaptive_max_pool(input, output_size, return_indices, nd):
     name = f"adaptive_max_pool{nd}d"
     _check_output_size_dims(input, output_size, nd)
@@ -1192,7 +1297,8 @@ def interpolate(input, size=None, scale_factor=None, mode="nearest", align_corne
         else:
             index = _nearest_index(n, m, scale, mode == "nearest-exact")
             out = out.index_select(dim, jt.tensor(index, device=input.device))
-    return out
+    fmt = suggest_memory_format(input._shape, input._stride)  # (torch's upsample kernels keep channels-last input's)
+    return out if fmt is contiguous_format else _laid_out_as(out, fmt)
 
 
 def _check_pixel_factor(op, input, factor, what):
@@ -1391,6 +1497,7 @@ def _computed_in_float32(norm):
 
 @_saves("input", "weight")
 @not_differentiable("native_batch_norm", "running_mean", "running_var")
+@_in_suggested_format("input")
 @_computed_in_float32
 def batch_norm(input, running_mean, running_var, weight=None, bias=None, training=False, momentum=0.1, eps=1e-5):
     """Normalise over every dim but the channel dim 1. In training, batch statistics are used and the
@@ -1478,6 +1585,7 @@ def _group_normalize(input, groups, eps):
 
 @autocasts("group_norm")
 @_saves("input", "weight")
+@_in_suggested_format("input")
 @_computed_in_float32
 def group_norm(input, num_groups, weight=None, bias=None, eps=1e-5):
     """Normalise ``(N, C, *)`` input over each sample's ``num_groups`` groups of consecutive channels (biased

@@ -20,6 +20,7 @@ from ..runtime import dtypes as _dt
 from ..runtime.casts import convert
 from ..runtime.copy_parts import fill as fill_split
 from ..runtime.device import CPU, get_default_device, to_device
+from ..runtime.memory_format import ALL_FORMATS, check_memory_format, format_strides, preserve_format
 from ..runtime.storage import Storage
 from ..runtime.strided import (broadcast_shapes, contiguous_strides, dense_strides, is_non_overlapping_and_dense,
                                numel_overflows, span)
@@ -28,6 +29,7 @@ from .registry import TensorSpec, defop, preserved_strides, scalar_name, write_a
 
 # torch's "tensor options" keywords of every factory
 OPTIONS = "ScalarType? dtype=None, Device? device=None, bool requires_grad=False"
+LIKE_OPTIONS = OPTIONS + ", Any? memory_format=None"  # (the ``_like`` factories' and ``empty``'s)
 
 def scalar_overflows(value, dtype):
     """torch's ``overflows``: whether a Python number does not fit ``dtype``.
@@ -393,9 +395,32 @@ def sized_spec(size, dtype, device, default=None):
     return TensorSpec(check_size(size), dtype or default or _dt.get_default_dtype(), to_device(device))
 
 
-def like_spec(x, dtype, device):
-    """The spec of a ``_like`` output: ``x``'s shape, its dtype and device unless given."""
+def like_spec(x, dtype, device, fmt=None, name=None):
+    """The spec of a ``_like`` output: ``x``'s shape, its dtype and device unless given; op ``name``'s memory
+    format ``fmt`` checked as torch checks it (its type, a channels-last format's rank)."""
+    if name is not None:
+        check_memory_format(name, fmt, ALL_FORMATS)
+        format_strides(fmt, x.shape)
     return TensorSpec(x.shape, dtype or x.dtype, x.device if device is None else to_device(device))
+
+
+def like_strides(spec, x, *rest):
+    """The layout rule of the ``_like`` factories, whose last argument is ``memory_format``: the input's in
+    preserve_format (`registry.preserved_strides`), else the format's."""
+    fmt = rest[-1]
+    if fmt is None or fmt is preserve_format:
+        return preserved_strides(spec, x)
+    return format_strides(fmt, spec.shape)
+
+
+def _empty_meta(size, dtype, device, requires_grad, fmt):
+    """``empty``'s spec: a memory format must fit the rank, and preserve_format has nothing to preserve."""
+    check_memory_format("empty", fmt, ALL_FORMATS)
+    if fmt is preserve_format:
+        raise RuntimeError("unsupported memory format Preserve")
+    spec = sized_spec(size, dtype, device)
+    format_strides(fmt, spec.shape)
+    return spec
 
 
 def _new_spec(x, size, dtype, device):
@@ -442,14 +467,21 @@ def dense_like(x, dtype, value=None):
 
 for _name, _value, _what in (("zeros", 0, "zeros"), ("ones", 1, "ones"), ("empty", None, "uninitialised values")):
     _sized_cpu, _like_cpu = _filler(_value)
-    defop(f"{_name}(int... size, *, {OPTIONS}) -> Tensor",
-          meta=_zeros_meta if _name == "zeros" else lambda size, dtype, device, rg: sized_spec(size, dtype, device),
-          cpu=_sized_cpu, kind="creation", variants=("function",),
-          doc=f"A tensor of {_what} of the given size (default float dtype unless ``dtype``).")
-    defop(f"{_name}_like(Tensor input, *, {OPTIONS}) -> Tensor",
-          meta=lambda x, dtype, device, rg: like_spec(x, dtype, device),
-          cpu=_like_cpu, kind="creation", variants=("function",), cross_device=True, layout=preserved_strides,
-          doc=f"A tensor of {_what} with the shape, dtype and device of ``input`` unless given.")
+    if _name == "empty":
+        defop(f"empty(int... size, *, {LIKE_OPTIONS}) -> Tensor", meta=_empty_meta, cpu=_sized_cpu, kind="creation",
+              variants=("function",), layout=lambda spec, *args: format_strides(args[-1], spec.shape),
+              doc="A tensor of uninitialised values of the given size (default float dtype unless ``dtype``), laid "
+                  "out in ``memory_format`` (contiguous_format, channels_last for 4-d, channels_last_3d for 5-d).")
+    else:
+        defop(f"{_name}(int... size, *, {OPTIONS}) -> Tensor",
+              meta=_zeros_meta if _name == "zeros" else lambda size, dtype, device, rg: sized_spec(size, dtype, device),
+              cpu=_sized_cpu, kind="creation", variants=("function",),
+              doc=f"A tensor of {_what} of the given size (default float dtype unless ``dtype``).")
+    defop(f"{_name}_like(Tensor input, *, {LIKE_OPTIONS}) -> Tensor",
+          meta=(lambda name: lambda x, dtype, device, rg, fmt: like_spec(x, dtype, device, fmt, name))(f"{_name}_like"),
+          cpu=_like_cpu, kind="creation", variants=("function",), cross_device=True, layout=like_strides,
+          doc=f"A tensor of {_what} with the shape, dtype and device of ``input`` unless given, laid out as "
+              "``input`` (preserve_format) or in ``memory_format``.")
     defop(f"new_{_name}(Tensor self, int... size, *, {OPTIONS}) -> Tensor",
           meta=lambda x, size, dtype, device, rg: _new_spec(x, size, dtype, device),
           cpu=_sized_cpu, kind="creation", variants=("method",), cross_device=True,
@@ -474,10 +506,10 @@ defop(f"full(int[] size, Scalar fill_value, *, {OPTIONS}) -> Tensor",
       variants=("function",),
       doc="A tensor of the given size filled with ``fill_value``; the dtype follows the value "
           "(bool, int64 or the default float) unless given.")
-defop(f"full_like(Tensor input, Scalar fill_value, *, {OPTIONS}) -> Tensor",
-      meta=lambda x, v, dtype, device, rg: _checked(like_spec(x, dtype, device), v),
+defop(f"full_like(Tensor input, Scalar fill_value, *, {LIKE_OPTIONS}) -> Tensor",
+      meta=lambda x, v, dtype, device, rg, fmt: _checked(like_spec(x, dtype, device, fmt, "full_like"), v),
       cpu=lambda spec, x, v, *a: dense_like(x, spec.dtype.np, full_value(spec, v)), kind="creation",
-      layout=preserved_strides,
+      layout=like_strides,
       variants=("function",), cross_device=True,
       doc="A tensor with the shape (and dtype, device) of ``input`` filled with ``fill_value``.")
 defop(f"new_full(Tensor self, int[] size, Scalar fill_value, *, {OPTIONS}) -> Tensor",

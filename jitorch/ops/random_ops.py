@@ -23,9 +23,9 @@ from ..runtime import dtypes as _dt
 from ..runtime.device import current_cuda_index, to_device
 from ..runtime.strided import broadcast_shapes
 from ..runtime.summation import add_reduce
-from .creation import OPTIONS, c_num, like_spec, sized_spec
+from .creation import LIKE_OPTIONS, OPTIONS, c_num, like_spec, like_strides, sized_spec
 from .random_parts import random_doubles
-from .registry import TensorSpec, cpp_name, defop, preserved_strides, scalar_name
+from .registry import TensorSpec, cpp_name, defop, scalar_name
 
 _SEED_MASK = (1 << 64) - 1
 _DEFAULT_SEED = 67280421310721  # torch's default_rng_seed_val: every generator's seed until one is given
@@ -275,18 +275,18 @@ def _float_factory(name, kernel_name, sampler, what):
         _floating_only(kernel_name, spec.dtype)
         return spec
 
-    def like_meta(x, generator, dtype, device, requires_grad):
+    def like_meta(x, generator, dtype, device, requires_grad, fmt):
         _check_generator(f"{name}_like", generator)
-        spec = like_spec(x, dtype, device)
+        spec = like_spec(x, dtype, device, fmt, f"{name}_like")
         _floating_only(kernel_name, spec.dtype)
         return spec
 
     defop(f"{name}(int... size, *, {_RANDOM}, {OPTIONS}) -> Tensor", meta=sized_meta,
           cpu=lambda spec, size, gen, *a: sampler(gen, spec.shape, spec.dtype), kind="random",
           variants=("function",), doc=f"A tensor of the given size with {what} values.")
-    defop(f"{name}_like(Tensor input, *, {_RANDOM}, {OPTIONS}) -> Tensor", meta=like_meta,
+    defop(f"{name}_like(Tensor input, *, {_RANDOM}, {LIKE_OPTIONS}) -> Tensor", meta=like_meta,
           cpu=lambda spec, x, gen, *a: sampler(gen, spec.shape, spec.dtype), kind="random",
-          variants=("function",), layout=preserved_strides,
+          variants=("function",), layout=like_strides,
           doc=f"A tensor with the shape (and dtype, device) of ``input`` with {what} values.")
 
 
@@ -303,9 +303,9 @@ def _randint_meta(low, high, size, generator, dtype, device, rg):
     return spec
 
 
-def _randint_like_meta(x, low, high, generator, dtype, device, rg):
+def _randint_like_meta(x, low, high, generator, dtype, device, rg, fmt):
     _check_generator("randint_like", generator)
-    spec = like_spec(x, dtype, device)
+    spec = like_spec(x, dtype, device, fmt, "randint_like")
     _random_bounds(low, high, spec.dtype)
     return spec
 
@@ -319,14 +319,14 @@ defop(f"randint.low(int low, int high, int[] size, *, {_RANDOM}, {OPTIONS}) -> T
       cpu=lambda spec, low, high, size, gen, *a: _integers(gen, spec.shape, low, high), kind="random",
       variants=("function",), doc=_RANDINT_DOC)
 _RANDINT_LIKE_DOC = "Uniform random integers in ``[low, high)`` with the shape (and dtype, device) of ``input``."
-defop(f"randint_like(Tensor input, int high, *, {_RANDOM}, {OPTIONS}) -> Tensor",
+defop(f"randint_like(Tensor input, int high, *, {_RANDOM}, {LIKE_OPTIONS}) -> Tensor",
       meta=lambda x, high, *rest: _randint_like_meta(x, 0, high, *rest),
       cpu=lambda spec, x, high, gen, *a: _integers(gen, spec.shape, 0, high), kind="random",
-      variants=("function",), layout=preserved_strides, doc=_RANDINT_LIKE_DOC)
-defop(f"randint_like.low(Tensor input, int low, int high, *, {_RANDOM}, {OPTIONS}) -> Tensor",
+      variants=("function",), layout=like_strides, doc=_RANDINT_LIKE_DOC)
+defop(f"randint_like.low(Tensor input, int low, int high, *, {_RANDOM}, {LIKE_OPTIONS}) -> Tensor",
       meta=_randint_like_meta,
       cpu=lambda spec, x, low, high, gen, *a: _integers(gen, spec.shape, low, high), kind="random",
-      variants=("function",), layout=preserved_strides, doc=_RANDINT_LIKE_DOC)
+      variants=("function",), layout=like_strides, doc=_RANDINT_LIKE_DOC)
 
 # The largest n whose permutation a floating dtype holds exactly, as torch words it.
 _RANDPERM_FLOAT_LIMITS = {"float16": (2049, "2049"), "float32": (2 ** 24 + 1, "2^24+1"),

@@ -12,6 +12,7 @@ import numpy as np
 from ..runtime import dtypes as _dt
 from ..runtime.casts import convert
 from ..runtime.device import CPU
+from ..runtime.memory_format import contiguous_format, format_strides, suggest_memory_format
 from ..runtime.strided import list_str, wrap_dim, wrap_dims
 from .meta import reduced_shape
 from . import functions
@@ -105,8 +106,9 @@ def _cat_entry(general):
                 grad = True
             a = t._arr
             arrays.append(a if a is not None else t._array())
-        if not -ndim <= dim < ndim or grad and registry.records_grad():
-            return miss((tensors, dim))
+        if not -ndim <= dim < ndim or grad and registry.records_grad() or (
+                ndim in (4, 5) and first._stride != _CONTIGUOUS.get(first._shape)):
+            return miss((tensors, dim))  # (the general path lays a channels-last result out: `_cat_strides`)
         try:
             r = _concatenate(arrays, dim)  # (the axis as a keyword costs NumPy a parse)
         except ValueError:
@@ -140,9 +142,23 @@ _SERVED = []
 _CAT_OVERLAP = {"resized_first": True, "overlap_skips": lambda shape: shape == (0,)}
 
 
+def _cat_strides(spec, tensors, dim):
+    """cat's layout rule, torch's ``cat_compute_output_memory_format``: the memory format every input suggests
+    where they all suggest one channels-last format (4-d or 5-d inputs), else contiguous (None)."""
+    if len(spec.shape) not in (4, 5):
+        return None
+    fmt = None
+    for t in tensors:
+        suggested = suggest_memory_format(t._shape, t._stride)
+        if suggested is contiguous_format or fmt is not None and suggested is not fmt:
+            return None
+        fmt = suggested
+    return format_strides(fmt, spec.shape)
+
+
 for _name in ("cat", "concat", "concatenate"):
     _op = defop(f"{_name}(Tensor[] tensors, int dim=0) -> Tensor", meta=_cat_meta, cpu=_cat_cpu, kind="shape",
-                variants=("function", "out"), **_CAT_OVERLAP,
+                variants=("function", "out"), layout=_cat_strides, **_CAT_OVERLAP,
                 doc="Join tensors along an existing dim ``dim``; dtypes promote, other sizes must match. "
                     "1-D empty tensors are skipped.")
     _op.entry = _cat_entry

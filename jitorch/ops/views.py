@@ -16,36 +16,18 @@ import numpy as np
 from ..runtime import threads
 from ..runtime.copy_parts import SPLIT_MIN, copy as _copy, fill as fill_split
 from ..runtime.device import CPU
-from ..runtime.strided import (CONTIGUOUS_STRIDES, INT64_MAX, broadcast_shapes, check_numel, contiguous_strides,
-                               contiguous_strides_cached, dense_strides, infer_size,
+from ..runtime.memory_format import (ALL_FORMATS, channels_last, channels_last_3d, check_memory_format,  # noqa: F401
+                                     contiguous_format, format_strides, is_contiguous_as, memory_format,
+                                     preserve_format, suggest_memory_format)
+from ..runtime.strided import (CONTIGUOUS_STRIDES, INT64_MAX, broadcast_shapes,
+                               check_numel, contiguous_strides, contiguous_strides_cached, dense_strides, infer_size,
                                is_contiguous, is_non_overlapping_and_dense, list_str, may_overlap,
                                view_strides, wrap_dim, wrap_dims)
 from . import registry
 from .registry import TensorSpec, defop, scalar_name
 
 
-class memory_format:
-    """torch.memory_format: how ``clone`` and ``contiguous`` lay out a copy."""
-
-    __slots__ = ("name",)
-
-    def __init__(self, name):
-        self.name = name
-
-    def __repr__(self):
-        return "jitorch." + self.name
-
-
-preserve_format = memory_format("preserve_format")
-contiguous_format = memory_format("contiguous_format")
-
-
-def _check_memory_format(op_name, fmt, allowed):
-    if fmt is not None and not isinstance(fmt, memory_format):
-        raise TypeError(f"{op_name}(): argument 'memory_format' must be jitorch.memory_format, "
-                        f"not {type(fmt).__name__}")
-    if fmt is not None and fmt not in allowed:
-        raise RuntimeError(f"{fmt.name.split('_')[0]} memory format is unsupported by the {op_name} operator")
+_check_memory_format = check_memory_format  # (the name this module's importers know)
 
 
 def _type_str(x):
@@ -639,20 +621,23 @@ def compact(t):
 
 
 def _clone_strides(spec, x, fmt):
-    """``clone``'s layout rule: `registry.preserved_strides`; contiguous when asked."""
-    return None if fmt is contiguous_format else registry.preserved_strides(spec, x)
+    """``clone``'s layout rule: `registry.preserved_strides`; the format's when asked."""
+    if fmt is None or fmt is preserve_format:
+        return registry.preserved_strides(spec, x)
+    return format_strides(fmt, x.shape)
 
 
 def _clone_meta(x, fmt):
-    _check_memory_format("clone", fmt, (preserve_format, contiguous_format))
+    _check_memory_format("clone", fmt, ALL_FORMATS)
+    format_strides(fmt, x.shape)
     return TensorSpec(x.shape, x.dtype, x.device)
 
 
 def _clone_cpu(spec, x, fmt):
     item = x.itemsize
     shape, strides = x.shape, tuple(s // item for s in x.strides)
-    if fmt is contiguous_format:
-        strides = contiguous_strides(shape)
+    if fmt is not None and fmt is not preserve_format:
+        strides = format_strides(fmt, shape) or contiguous_strides(shape)
     elif not is_non_overlapping_and_dense(shape, strides):
         strides = dense_strides(shape, strides)
     span = 1 + sum((n - 1) * s for n, s in zip(shape, strides)) if 0 not in shape else 0
@@ -662,14 +647,19 @@ def _clone_cpu(spec, x, fmt):
 
 
 def _contiguous(x, fmt):
-    _check_memory_format("contiguous", fmt, (contiguous_format,))
-    return x if is_contiguous(x.shape, x._stride) else x.clone(memory_format=contiguous_format)
+    _check_memory_format("contiguous", fmt, ALL_FORMATS)
+    fmt = contiguous_format if fmt is None else fmt
+    if is_contiguous_as(x.shape, x._stride, fmt):
+        return x
+    _check_memory_format("contiguous", fmt, (contiguous_format, channels_last, channels_last_3d))
+    return x.clone(memory_format=fmt)
 
 
 defop("clone(Tensor self, *, Any? memory_format=None) -> Tensor", meta=_clone_meta, cpu=_clone_cpu, kind="copy",
       layout=_clone_strides,
       doc="A copy of ``self`` in new memory; keeps a dense layout's strides (``preserve_format``), otherwise "
-          "its dims' order, or is contiguous with ``memory_format=contiguous_format``.")
+          "its dims' order, or is laid out in ``memory_format`` (contiguous_format, channels_last for 4-d, "
+          "channels_last_3d for 5-d) when given.")
 def _contiguous_fast(args, record=True):
     """`registry.OpDef.fast` of ``contiguous``: ``x`` itself if contiguous, else a contiguous copy of a CPU
     tensor (as `_clone_cpu` copies) made without the composite's clone through the general path; None for
@@ -688,7 +678,8 @@ def _contiguous_fast(args, record=True):
 
 
 _op = defop("contiguous(Tensor self, *, Any? memory_format=None) -> Tensor", composite=_contiguous, variants=("method",),
-            doc="``self`` if it is contiguous, else a contiguous copy.")
+            doc="``self`` if it is contiguous in ``memory_format`` (contiguous_format by default, channels_last, "
+                "channels_last_3d), else such a copy.")
 _op.fast = _contiguous_fast
 defop("reshape(Tensor self, int... shape) -> Tensor", composite=_reshape, view_when=_reshape_view,
       doc="``self`` with another shape: a view when the strides allow one, else a contiguous copy.")
@@ -1036,7 +1027,7 @@ defop("_as_strided_add(Tensor self, Tensor src, int[] size, int[] stride, int? s
           "every share. The backward of an overlapping ``as_strided``.")
 
 
-__all__ = ["memory_format", "preserve_format", "contiguous_format", "dense_strides", "compact_window"]
+__all__ = ["memory_format", "preserve_format", "contiguous_format", "channels_last", "channels_last_3d", "dense_strides", "compact_window"]
 
 
 def _integral_start(convert):

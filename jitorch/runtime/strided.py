@@ -262,14 +262,49 @@ def memory_order_strides(shape, operands, empty_steps=False):
     return tuple(out)
 
 
-def _channels_last(shape, strides):
-    """torch's ``is_contiguous(memory_format=channels_last)`` of a 4-d tensor (dims of size 1 not looked at)."""
+# The dims of a channels-last layout, innermost first: NHWC of a 4-d NCHW tensor, NDHWC of a 5-d one.
+CHANNELS_LAST_ORDER = {4: (1, 3, 2, 0), 5: (1, 4, 3, 2, 0)}
+
+
+def is_channels_last_contiguous(shape, strides):
+    """torch's ``is_contiguous(memory_format=channels_last)`` of a 4-d tensor, ``channels_last_3d`` of a 5-d one
+    (dims of size 1 not looked at); False for other ranks."""
+    order = CHANNELS_LAST_ORDER.get(len(shape))
+    if order is None:
+        return False
     expected = 1
-    for d in (1, 3, 2, 0):
+    for d in order:
         if shape[d] != 1:
             if strides[d] != expected:
                 return False
             expected *= shape[d]
+    return True
+
+
+def channels_last_strides(shape):
+    """torch's ``get_channels_last_strides_2d`` / ``_3d``: channels innermost, then the spatial dims from the
+    last, the batch outermost; a dim of size 0 multiplies as 0 (``empty(2, 0, 4, 5, memory_format=channels_last)``
+    has strides (0, 1, 0, 0))."""
+    order = CHANNELS_LAST_ORDER[len(shape)]
+    out, acc = [0] * len(shape), 1
+    for d in order:
+        out[d] = acc
+        acc *= shape[d]
+    return tuple(out)
+
+
+def is_strides_like_channels_last(shape, strides):
+    """torch's ``is_channels_last_strides_2d`` / ``_3d`` (what ``suggest_memory_format`` asks): whether the dims,
+    channels first, step outward in channels-last order. A zero channel stride, and a batch stride equal to the
+    channel stride (``N111`` tensors), count as contiguous, torch's fallback where the strides are ambiguous."""
+    order = CHANNELS_LAST_ORDER.get(len(shape))
+    if order is None or strides[1] == 0:
+        return False
+    low = 0
+    for d in order:
+        if strides[d] < low or d == 0 and low == strides[1]:
+            return False
+        low = strides[d] * shape[d] if shape[d] > 1 else strides[d]
     return True
 
 
@@ -283,9 +318,8 @@ def iterator_strides(shape, operands, same_shape):
     if same_shape:
         if all(is_contiguous(shape, s) for _, s in operands):
             return None
-        if len(shape) == 4 and all(_channels_last(shape, s) for _, s in operands):
-            n, c, h, w = shape
-            return (h * w * c, 1, w * c, c)
+        if len(shape) == 4 and all(is_channels_last_contiguous(shape, s) for _, s in operands):
+            return channels_last_strides(shape)
         first = tuple(operands[0][1])
         if all(tuple(s) == first for _, s in operands) and torch_dense(shape, first):
             return first

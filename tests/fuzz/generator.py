@@ -650,6 +650,10 @@ class Generator:
                 kwargs[a.name] = "D"
                 by_keyword = True
                 continue
+            if a.name == "memory_format" and (schema.name.endswith("_like") or schema.name == "empty"):
+                # (left out without a draw: these factories took a memory format in session 49, and a draw would
+                # change every later seed's program)
+                continue
             if a.has_default and self.rng.random() < 0.5:
                 by_keyword = True
                 continue

@@ -19,7 +19,7 @@ from typing import Callable, NamedTuple
 import numpy as np
 
 from ...ops.registry import attach, spec_device, tensors_of
-from ...ops.views import contiguous_format
+from ...ops.views import format_strides, preserve_format
 from ...runtime import cuda_memory
 from ...runtime.casts import copy_into
 from ...runtime.cuda_memory import asynchronous, canonical, download, empty_storage, host_values, non_blocking
@@ -80,9 +80,12 @@ def _copy(op, args, spec):
 
 
 def _clone(op, args, spec):
-    """``x.clone(memory_format=)``: preserve_format by default, compact for contiguous_format."""
+    """``x.clone(memory_format=)``: preserve_format by default, else laid out in the format asked (compact for
+    contiguous_format)."""
     x, memory_format = args
-    return copy_values(x) if memory_format is contiguous_format else _cast(x, spec)
+    if memory_format is None or memory_format is preserve_format:
+        return _cast(x, spec)
+    return copy_values(x, format_strides(memory_format, x._shape))
 
 
 def _cast(x, spec):

@@ -12,7 +12,6 @@ import numpy as np
 from ...codegen.nvptx.factories import PARAMETERS, factory_kernel, step_types
 from ...ops import registry
 from ...ops.creation import arange_plan, full_value
-from ...ops.views import dense_strides
 from ...runtime import cuda_backend, dtypes
 from ...runtime.cuda_memory import empty_storage, non_blocking
 from ...runtime.storage import Storage
@@ -39,8 +38,8 @@ def create(op, args, spec):
         return registry.execute(op, [stand_in] + list(args[1:]), spec)
     base = op.name.removeprefix("new_").removesuffix("_like")
     value = args[names.index("fill_value")] if base == "full" else _FILL[base]
-    like = op.name.endswith("_like")
-    strides = dense_strides(source._shape, source._stride) if like else contiguous_strides(spec.shape)
+    # (a _like op's input's layout or its memory format's, `empty`'s memory format: the op's layout rule)
+    strides = registry.result_strides(op, spec, args) or contiguous_strides(spec.shape)
     t = Tensor._make(empty_storage(int(np.prod(spec.shape, dtype=np.int64)), spec.dtype, spec.device),
                      tuple(spec.shape), tuple(strides), 0)
     if value is not None:

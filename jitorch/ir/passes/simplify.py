@@ -254,7 +254,7 @@ def _power_by_other_ops(graph, node, emit):
     if not isinstance(x, Value) or x.type != node.outputs[0].type:
         return False
     if _is(exponent, 0) and not isinstance(exponent, bool):
-        node.op, node.args = registry.OPS["ones_like"], (x, None, None, False)
+        node.op, node.args = registry.OPS["ones_like"], (x, None, None, False, None)
         return True
     steps = _power_steps(x.type.dtype, exponent)
     if steps is None:

@@ -8,6 +8,7 @@ from collections import OrderedDict, namedtuple
 from collections.abc import Mapping
 
 from ...autograd.gradients import zero_grad_
+from ...ops.views import memory_format
 from ...runtime.grad_mode import no_grad
 from ...runtime.hooks import add_hook, user_stacklevel
 from ...compiler import guard, is_compiling
@@ -90,11 +91,13 @@ def _guard_call_state(module):
 
 
 def _parse_to(args, kwargs):
-    """(device, dtype) from ``Module.to``'s torch-style arguments."""
+    """(device, dtype, memory format) from ``Module.to``'s torch-style arguments."""
     device = kwargs.pop("device", None)
     dtype = kwargs.pop("dtype", None)
     kwargs.pop("non_blocking", None)
-    kwargs.pop("memory_format", None)
+    fmt = kwargs.pop("memory_format", None)
+    if fmt is not None and not isinstance(fmt, memory_format):
+        raise TypeError(f"to() received an invalid combination of arguments - got (memory_format={typename(fmt)}, )")
     if kwargs:
         raise TypeError(f"to() got an unexpected keyword argument '{next(iter(kwargs))}'")
     for a in args:
@@ -111,7 +114,7 @@ def _parse_to(args, kwargs):
         if not dtype.is_floating_point:
             raise TypeError("nn.Module.to only accepts floating point or complex dtypes, "
                             f"but got desired dtype={dtype}")
-    return device, dtype
+    return device, dtype, fmt
 
 
 class Module:
@@ -516,10 +519,13 @@ class Module:
 
     def to(self, *args, **kwargs):
         """Move and/or cast parameters and buffers: ``to(device)``, ``to(dtype)``, ``to(device, dtype)``,
-        ``to(tensor)``; a dtype casts floating tensors only."""
-        device, dtype = _parse_to(args, dict(kwargs))
+        ``to(tensor)``; a dtype casts floating tensors only; ``memory_format`` lays out the 4-d and 5-d ones
+        (``to(memory_format=jitorch.channels_last)`` for a convolutional network)."""
+        device, dtype, fmt = _parse_to(args, dict(kwargs))
 
         def convert(t):
+            if fmt is not None and t.dim() in (4, 5):
+                return t.to(device=device, dtype=dtype if t.is_floating_point() else None, memory_format=fmt)
             return t.to(device=device, dtype=dtype if t.is_floating_point() else None)
         return self._apply(convert)
 
