@@ -21,7 +21,7 @@ import numpy as np
 
 import jitorch as jt
 import jitorch.distributed as dist
-from checking import check
+from checking import check, raises
 from jitorch.distributed import collectives
 from jitorch.distributed.process_group import resolve
 
@@ -41,17 +41,6 @@ def expected(op, n, call, dtype=np.float32):
     rows = np.stack([values(r, n, call, dtype) for r in range(size)])
     return {"SUM": np.sum, "AVG": np.mean, "PRODUCT": np.prod, "MIN": np.min, "MAX": np.max}[op](
         rows, axis=0).astype(dtype)
-
-
-def raises(message, call):
-    """``call()`` raises RuntimeError with ``message`` on this rank."""
-    try:
-        call()
-    except RuntimeError as error:
-        assert message in str(error), (message, str(error))
-        check.passed += 1
-    else:
-        raise AssertionError(f"no error: {message}")
 
 
 def group_still_works(group=None):

@@ -18,3 +18,14 @@ def check(got, expected):
 
 
 check.passed = 0
+
+
+def raises(message, call):
+    """``call()`` raises RuntimeError with ``message`` on this rank; counts the check."""
+    try:
+        call()
+    except RuntimeError as error:
+        assert message in str(error), (message, str(error))
+        check.passed += 1
+    else:
+        raise AssertionError(f"no error: {message}")

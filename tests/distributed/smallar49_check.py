@@ -20,7 +20,7 @@ import numpy as np
 
 import jitorch as jt
 import jitorch.distributed as dist
-from checking import check
+from checking import check, raises
 from jitorch.distributed import collectives
 from jitorch.distributed.process_group import resolve
 
@@ -103,16 +103,6 @@ def check_values():
         t.copy_(jt.from_numpy(values(rank, 5, call, "float32")))
         dist.all_reduce(t)
         same(t, expected("SUM", [values(r, 5, call, "float32") for r in range(size)], "float32"))
-
-
-def raises(message, call):
-    try:
-        call()
-    except RuntimeError as error:
-        assert message in str(error), (message, str(error))
-        check.passed += 1
-    else:
-        raise AssertionError(f"no error: {message}")
 
 
 def heated(n=3):
