@@ -174,3 +174,18 @@ def test_the_benchmark_counts_the_pairs_a_compiled_gpts_backward_gains():
     assert with_kinds["pointwise"] - without_kinds["pointwise"] == 1
     assert with_kinds["reduction"] == without_kinds["reduction"] and with_bytes > without_bytes
     assert fusion.UNTIED_PRODUCTS and fusion.UNTIED_REDUCTIONS and fusion.MERGE_REPEATS  # (put back)
+
+
+@pytest.mark.parametrize("shape", [(), (1,), (5,), (3, 4)])
+def test_a_repeat_on_another_side_of_a_reduction_stays_0d_std_next_to_exp(shape):
+    """A group's input side and epilogue are loops of their own: merge_repeats dropped a 0-d std's epilogue copy
+    of ``x * 2`` (the shapes agree where nothing is reduced) for the input side's, and the kernel failed to build
+    (KeyError: %x; tests/jit/test_compiled_warnings.py's std_next_to_other_ops found it in the full suite)."""
+    fn = lambda T, x: ((x * 2).std(), (x * 2).exp())  # noqa: E731
+    x = np.linspace(0.5, 1.5, int(np.prod(shape))).reshape(shape).astype(np.float32)
+    with rules(), np.errstate(invalid="ignore"), pytest.warns(UserWarning) if x.size <= 1 else contextlib.nullcontext():
+        got = jt.compile(lambda t: fn(jt, t))(jt.tensor(x))
+    with torch.no_grad(), pytest.warns(UserWarning) if x.size <= 1 else contextlib.nullcontext():
+        want = fn(torch, torch.tensor(x))
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g.numpy(), w.numpy(), rtol=1e-6, equal_nan=True)

@@ -166,7 +166,8 @@ def merge_repeats(graph, groups):
     outputs name the values that stand in. Returns the number of nodes dropped (none unless `MERGE_REPEATS`)."""
     if not MERGE_REPEATS:
         return 0
-    owner = {n: i for i, g in enumerate(groups) for n in g.nodes}
+    owner = {n: (i, _side(n, sides)) for i, g in enumerate(groups) for sides in [_reduction_sides_of(g)]
+             for n in g.nodes}
     rw = Rewriter(graph)
     first = {}
     for node in graph.nodes:
@@ -188,6 +189,19 @@ def merge_repeats(graph, groups):
                            key=lambda v: (order[v.node], v.index))
     log("fusion", "%d repeated nodes dropped from their groups", len(rw.dropped))
     return len(rw.dropped)
+
+
+def _reduction_sides_of(group):
+    """`reduction_sides` of a reduction group, () for a pointwise one."""
+    reds = [n for n in group.nodes if n.op.view is None and kind_of(n) == "reduction"]
+    return reduction_sides(reds, group.nodes) if reds else ()
+
+
+def _side(node, sides):
+    """Which of a group's `reduction_sides` evaluates ``node``: a kernel evaluates its input side, epilogue and
+    row epilogue in loops of their own, so a value on two sides is computed in each (where the reduction keeps
+    the shape, a 0-d std's, the input side's value is not at hand in the epilogue's loop)."""
+    return next((k for k, side in enumerate(sides) if node in side), None)
 
 
 def _logged(graph, groups):
