@@ -1,0 +1,67 @@
+"""Regression tests of the defects session 49's OpInfo sweep in float16 and bfloat16 (tests/ops/opinfo_sweep.py
+--all --start 300 --dtype float16 --dtype bfloat16) and its leftovers found, each against torch."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+import jitorch as jt
+
+_FAR = [-math.inf, -1000.0, -50.0, -30.0, -3.0, -0.0, 0.0, 3.0, 15.0, 19.9, 30.0, 100.0, math.inf, math.nan]
+_RTOL = {"float64": 1e-12, "float32": 1e-6, "float16": 1e-3, "bfloat16": 8e-3}
+_ACTIVATIONS = [("softplus", {}), ("softplus", {"beta": 2.0}), ("softplus", {"beta": -1.0}),
+                ("softplus", {"threshold": 200.0}), ("mish", {})]
+
+
+def _pair(values, dtype, requires_grad=False):
+    x = torch.tensor(values, dtype=torch.float64).to(getattr(torch, dtype))
+    y = jt.tensor(np.array(values, dtype=np.float64)).to(getattr(jt, dtype))
+    return x.requires_grad_(requires_grad), y.requires_grad_(requires_grad)
+
+
+def _assert_as_torchs(theirs, ours, rtol, atol=0.0):
+    """Equal within ``rtol`` and ``atol`` (NaN where torch's is), zeros of torch's sign."""
+    a, b = theirs.detach().double().numpy(), ours.detach().double().numpy()
+    np.testing.assert_allclose(b, a, rtol=rtol, atol=atol, equal_nan=True)
+    zeros = a == 0
+    np.testing.assert_array_equal(np.signbit(b[zeros]), np.signbit(a[zeros]))
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64", "float16", "bfloat16"])
+@pytest.mark.parametrize("name, kwargs", _ACTIVATIONS)
+def test_softplus_and_mish_far_below_zero_are_zeros_of_torchs_sign(name, kwargs, dtype):
+    """softplus(-inf) and softplus(-1000) were -0.0 where torch's ``log1p(exp(x))`` is +0.0 (jitorch negated
+    logsigmoid(-x), whose 0 - log1p(0) is +0), so mish(-1000) was +0.0 where torch's is -0.0, and a float16
+    softplus(-30) -0.0; a beta of -1 turned it round (softplus(inf, beta=-1) +0.0, torch's -0.0)."""
+    x, y = _pair(_FAR, dtype)
+    theirs = getattr(torch.nn.functional, name)(x, **kwargs)
+    ours = getattr(jt.nn.functional, name)(y, **kwargs)
+    assert str(ours.dtype)[8:] == dtype
+    _assert_as_torchs(theirs, ours, _RTOL[dtype])
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("name, kwargs", _ACTIVATIONS)
+def test_softplus_and_mish_gradients_far_below_zero_are_torchs(name, kwargs, dtype):
+    """The gradient of softplus at x = -30 (float32) was 0 where torch's is sigmoid(x) = 9.36e-14: jitorch's
+    ``max(x, 0) - logsigmoid`` form summed +1/2 and -1/2 + 9.36e-14 at |x|, which rounds the small part away;
+    mish's gradient there had the wrong sign (9.36e-14, torch's -2.71e-12)."""
+    values = [v for v in _FAR if math.isfinite(v)]
+    x, y = _pair(values, dtype, requires_grad=True)
+    getattr(torch.nn.functional, name)(x, **kwargs).sum().backward()
+    getattr(jt.nn.functional, name)(y, **kwargs).sum().backward()
+    # (subnormal gradients, sigmoid(-100) in float32, differ by their last representable bits)
+    _assert_as_torchs(x.grad, y.grad, 1e-5, atol=torch.finfo(x.dtype).tiny)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+def test_softplus_below_a_threshold_past_exps_range_overflows_as_torchs(dtype):
+    """torch computes ``log1p(exp(x))`` below the threshold, in float32 for the half types: inf at x = 100 with
+    threshold 200 (float32's exp overflows), 15 at x = 15 (float16's exp would overflow past 11)."""
+    x, y = _pair([15.0, 100.0, -2.5], dtype)
+    _assert_as_torchs(torch.nn.functional.softplus(x, threshold=200.0),
+                      jt.nn.functional.softplus(y, threshold=200.0), _RTOL[dtype])
