@@ -65,3 +65,19 @@ def test_softplus_below_a_threshold_past_exps_range_overflows_as_torchs(dtype):
     x, y = _pair([15.0, 100.0, -2.5], dtype)
     _assert_as_torchs(torch.nn.functional.softplus(x, threshold=200.0),
                       jt.nn.functional.softplus(y, threshold=200.0), _RTOL[dtype])
+
+
+def test_sweep_records_a_deadline_inside_torchs_comparison_as_timed_out(monkeypatch):
+    """OpInfo polygamma.polygamma_n_2, bfloat16 reference sample #10 transposed (1029 x 917, on a loaded
+    machine): the deadline's alarm went off inside torch.testing.assert_close, which wraps it in a RuntimeError
+    ("Comparing TensorLikePair..."), so the sweep counted a harness failure where the sample had timed out."""
+    from tests.ops import opinfo_sweep as sweep
+
+    def alarm(*args, **kwargs):
+        raise sweep.SampleTimeout("over 20 s")
+    run = sweep.Sweep(dtypes=(torch.float32,), reference=False, grads=False, compiled=False, errors=False, limit=1)
+    op = sweep.ops_named(["exp"])[0]
+    monkeypatch.setattr(torch, "isclose", alarm)
+    run.run_op(op, ours=lambda x, **k: jt.exp(x) * 2)  # (a differing value, so that assert_close compares)
+    kinds = {(o.kind, o.why) for o in run.outcomes}
+    assert kinds == {("mismatch", "timed out (over 20 s)")}
