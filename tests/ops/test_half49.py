@@ -81,3 +81,21 @@ def test_sweep_records_a_deadline_inside_torchs_comparison_as_timed_out(monkeypa
     run.run_op(op, ours=lambda x, **k: jt.exp(x) * 2)  # (a differing value, so that assert_close compares)
     kinds = {(o.kind, o.why) for o in run.outcomes}
     assert kinds == {("mismatch", "timed out (over 20 s)")}
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("n", [5, 100, 1000])
+def test_vecdot_of_two_vectors_sums_unrounded_half_products_as_torchs_vdot(dtype, n):
+    """OpInfo linalg.vecdot, float16 sample #6 expanded ((5,) by (5,)): torch's vecdot of two vectors is vdot,
+    whose kernel sums the half types' products in float32 unrounded (41.844, float64's 41.849); jitorch
+    multiplied in float16 first and summed the rounded products (41.906, 2 ulps off), and raised for a ``dim``
+    past the vectors' one, which vdot does not read."""
+    gen = torch.Generator().manual_seed(n)
+    x, y = ((torch.randn(n, generator=gen) * 5).to(getattr(torch, dtype)) for _ in range(2))
+    jx, jy = (jt.tensor(t.double().numpy()).to(getattr(jt, dtype)) for t in (x, y))
+    theirs, ours = torch.linalg.vecdot(x, y), jt.linalg.vecdot(jx, jy)
+    assert ours.shape == () and str(ours.dtype)[8:] == dtype
+    assert ours.double().item() == theirs.double().item()
+    assert jt.linalg.vecdot(jx, jy, dim=3).double().item() == torch.linalg.vecdot(x, y, dim=3).double().item()
+    matrix = torch.linalg.vecdot(x.expand(3, n), y)  # (two dims: torch multiplies, rounding, then sums)
+    np.testing.assert_array_equal(jt.linalg.vecdot(jx.expand(3, n), jy).double().numpy(), matrix.double().numpy())
