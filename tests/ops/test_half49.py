@@ -99,3 +99,38 @@ def test_vecdot_of_two_vectors_sums_unrounded_half_products_as_torchs_vdot(dtype
     assert jt.linalg.vecdot(jx, jy, dim=3).double().item() == torch.linalg.vecdot(x, y, dim=3).double().item()
     matrix = torch.linalg.vecdot(x.expand(3, n), y)  # (two dims: torch multiplies, rounding, then sums)
     np.testing.assert_array_equal(jt.linalg.vecdot(jx.expand(3, n), jy).double().numpy(), matrix.double().numpy())
+
+
+def _lstsq_pair(a, b, driver):
+    theirs = torch.linalg.lstsq(torch.tensor(a), torch.tensor(b), driver=driver)
+    ours = jt.linalg.lstsq(jt.tensor(a), jt.tensor(b), driver=driver)
+    return theirs, ours
+
+
+@pytest.mark.parametrize("driver", ["gelsd", "gelss"])
+@pytest.mark.parametrize("other", [(4, 2), (4,)])
+def test_lstsq_residuals_of_a_rank_deficient_matrix_are_empty_as_torchs(driver, other):
+    """OpInfo linalg.lstsq, samples #8 (gelss) and #11 (gelsd) expanded (a (4, 3) matrix of equal rows: rank 1):
+    torch's residuals of these drivers are computed only where every matrix has rank n, else empty; jitorch's
+    were the (3,) sums of squares of its minimum-norm solution."""
+    a = np.ones((4, 3)) * np.array([0.5, -2.0, 3.0])
+    theirs, ours = _lstsq_pair(a, np.arange(float(np.prod(other))).reshape(other), driver)
+    assert list(ours.residuals.shape) == list(theirs.residuals.shape) == [0]
+    assert int(ours.rank) == int(theirs.rank) == 1
+    full = np.stack([a, a + np.eye(4, 3)])  # (a batch with one full-rank matrix: still empty, as torch's)
+    theirs, ours = _lstsq_pair(full, np.ones((2, 4, 2)), driver)
+    assert list(ours.residuals.shape) == list(theirs.residuals.shape) == [0]
+
+
+@pytest.mark.parametrize("driver", ["gels", "gelsd", "gelss"])
+@pytest.mark.parametrize("shapes", [((4, 3), (4,)), ((2, 4, 3), (2, 4))])
+def test_lstsq_residuals_of_a_vector_other_keep_its_column_as_torchs(driver, shapes):
+    """torch's residuals of a vector ``other`` (a tall full-rank A) keep a dim of 1, batch + (1,); jitorch
+    dropped it (shape () for torch's (1,))."""
+    gen = np.random.default_rng(4)
+    a, b = gen.standard_normal(shapes[0]), gen.standard_normal(shapes[1])
+    theirs, ours = _lstsq_pair(a, b, driver)
+    for t, o in zip(theirs, ours):
+        assert list(o.shape) == list(t.shape)
+    np.testing.assert_allclose(ours.residuals.numpy(), theirs.residuals.numpy(), rtol=1e-10)
+    np.testing.assert_allclose(ours.solution.numpy(), theirs.solution.numpy(), rtol=1e-10)
