@@ -134,3 +134,24 @@ def test_lstsq_residuals_of_a_vector_other_keep_its_column_as_torchs(driver, sha
         assert list(o.shape) == list(t.shape)
     np.testing.assert_allclose(ours.residuals.numpy(), theirs.residuals.numpy(), rtol=1e-10)
     np.testing.assert_allclose(ours.solution.numpy(), theirs.solution.numpy(), rtol=1e-10)
+
+
+def test_sweep_takes_torchs_lstsq_gels_error_on_a_singular_matrix_as_documented_where_jitorchs_is_its_own():
+    """OpInfo linalg.lstsq, gels samples #0-#2 expanded (equal rows: rank 1): torch's QR without pivoting raises
+    LinAlgError where its rounding leaves an exact zero pivot (float32 #0; float64 #0 divides by a residue
+    instead); jitorch's minimum-norm solution is documented where it equals its own on contiguous copies, and a
+    result that depends on the layout stays a mismatch."""
+    from tests.ops import opinfo_sweep as sweep
+    op = sweep.ops_named(["linalg.lstsq"])[0]
+
+    def run(ours):
+        found = sweep.Sweep(dtypes=(torch.float32,), layouts=("expanded",), reference=False, grads=False,
+                            compiled=False, errors=False, limit=3)
+        found.run_op(op, ours=ours)
+        return [(o.kind, o.why) for o in found.outcomes]
+    kinds = run(None)
+    assert kinds and all(k == "documented" and w.startswith("singular (equal rows)") for k, w in kinds)
+
+    def by_layout(a, b, **kwargs):
+        return jt.linalg.lstsq(a + 1e-3 * (a.stride(-2) == 0), b, **kwargs)
+    assert {k for k, _ in run(by_layout)} == {"mismatch"}
