@@ -155,3 +155,23 @@ def test_sweep_takes_torchs_lstsq_gels_error_on_a_singular_matrix_as_documented_
     def by_layout(a, b, **kwargs):
         return jt.linalg.lstsq(a + 1e-3 * (a.stride(-2) == 0), b, **kwargs)
     assert {k for k, _ in run(by_layout)} == {"mismatch"}
+
+
+def test_sweep_compares_the_polynomials_torch_leaves_unset_at_a_nan_x_outside_it():
+    """OpInfo special.chebyshev_polynomial_u reference #46/#93 expanded (a row of x holding NaN against finite
+    n): torch's recurrence stops on the NaN before its first step and returns its unset result (6.9e-310, 0.86,
+    -1.25e6: whatever the register held), where jitorch's is NaN; the sweep compares the rest, and jitorch's
+    NaN there."""
+    from tests.ops import opinfo_sweep as sweep
+    x = torch.tensor([[math.nan, 0.5], [0.25, -0.75]], dtype=torch.float64)
+    n = torch.tensor([[6.0, 3.0], [2.0, 9.0]], dtype=torch.float64)
+    # (torch's unset value written in, as its kernel returned it: what a register holds is no test's to rely on)
+    theirs = torch.special.chebyshev_polynomial_u(x.nan_to_num(), n).index_put((torch.tensor(0), torch.tensor(0)),
+                                                                                torch.tensor(6.9e-310, dtype=torch.float64))
+    jx, jn = jt.tensor(x.numpy()), jt.tensor(n.numpy())
+    ours = jt.special.chebyshev_polynomial_u(jx, jn)
+    assert math.isnan(ours[0, 0].item())
+    assert sweep.compare(theirs, ours) and sweep._outside_nan_x(theirs, ours, x, "values")
+    off = ours * jt.tensor([[1.0, 1.0], [1.0, 1.001]], dtype=jt.float64)
+    assert not sweep._outside_nan_x(theirs, off, x, "values")
+    assert not sweep._outside_nan_x(theirs, jt.nan_to_num(ours, nan=2.0), x, "values")
