@@ -2199,11 +2199,17 @@ def _log_sigmoid(input):
 
 @autocasts("softplus")
 @_saves("input")
+@_computed_in_float32
 def softplus(input, beta=1.0, threshold=20.0):
     """``log(1 + exp(beta x)) / beta``, and ``x`` itself where ``beta x > threshold``."""
     _check_floating(input, "softplus_cpu")
     scaled = input * beta
-    return jt.where(scaled > threshold, input, -_log_sigmoid(-scaled) / beta)
+    above = scaled > threshold
+    # torch's own form (+0 far below 0, where the negated logsigmoid was -0; inf where exp overflows below a
+    # threshold past it, as torch's), its argument masked above the threshold, where the unused branch's
+    # gradient 0 * exp(inf) would be NaN; the half types computed in float32 as torch's kernel (exp of a
+    # float16 overflows past 11)
+    return jt.where(above, input, jt.where(above, 0.0, scaled).exp().log1p() / beta)
 
 
 def _check_floating(input, kernel):
@@ -2387,7 +2393,11 @@ def hardswish(input, inplace=False):
 def mish(input, inplace=False):
     """``x * tanh(softplus(x))``."""
     _check_floating(input, "mish_cpu")
-    out = input * (-_log_sigmoid(-input)).tanh()
+    # torch's ``tanh(log1p(exp(x)))`` (+0 far below 0, where the negated logsigmoid was -0: x times it was +0
+    # where torch's is -0), with x capped at 20, past which the tanh is 1 in float64 too: exp(x) overflowed
+    # there and its gradient was 0 * inf
+    x = input.float() if input.dtype in (jt.float16, jt.bfloat16) else input  # (torch's kernel computes in float32)
+    out = (x * jt.where(x > 20, 20.0, x).exp().log1p().tanh()).to(input.dtype)
     return input.copy_(out) if inplace else out
 
 

@@ -989,8 +989,8 @@ def _lstsq_meta(A, B, rcond, driver):
     *_, m, n = A.shape
     batch = broadcast_shapes(A.shape[:-2], B.shape[:-1] if vector else B.shape[:-2])
     cols = () if vector else (B.shape[-1],)
-    # residuals: for tall problems, with drivers other than gelsy
-    residuals = (*batch, *cols) if m > n and driver != "gelsy" else (0,)
+    # residuals: for tall problems, with drivers other than gelsy (a vector other's with its column kept, as torch's)
+    residuals = (*batch, *(cols or (1,))) if m > n and driver != "gelsy" else (0,)
     return (_spec(A, (*batch, n, *cols)), _spec(A, residuals),
             _int_spec(A, batch if driver != "gels" else (0,), _dt.int64),
             _spec(A, (*batch, min(m, n)) if driver in ("gelsd", "gelss") else (0,)))
@@ -1014,7 +1014,6 @@ def _lstsq_cpu(spec, a, b, rcond, driver):
     residuals = np.zeros(0, a.dtype)
     if m > n and driver != "gelsy":
         residuals = (np.square(np.matmul(a, x) - b)).sum(-2)
-        residuals = residuals[..., 0] if vector else residuals
     return ((x[..., 0] if vector else x), residuals, rank if driver != "gels" else np.zeros(0, np.int64),
             sv if driver in ("gelsd", "gelss") else np.zeros(0, a.dtype))
 
@@ -1028,6 +1027,9 @@ defop("_linalg_lstsq(Tensor self, Tensor b, float? rcond=None, *, str? driver=No
 
 def _linalg_lstsq(A, B, rcond, driver):
     solution, residuals, rank, singular_values = OPS["_linalg_lstsq"](A, B, rcond, driver)
+    if driver in ("gelsd", "gelss") and residuals.numel() and not bool((rank == A.shape[-1]).all()):
+        # torch's residuals of these drivers are those of full-rank matrices only: empty unless every rank is n
+        residuals = residuals.reshape(-1)[:0]
     # torch differentiates the solution and the residuals, not the singular values
     return OPS["linalg_lstsq"].result_type(solution, residuals, rank, singular_values.detach())
 
