@@ -198,10 +198,11 @@ def _reduction_sides_of(group):
 
 
 def _side(node, sides):
-    """Which of a group's `reduction_sides` evaluates ``node``: a kernel evaluates its input side, epilogue and
-    row epilogue in loops of their own, so a value on two sides is computed in each (where the reduction keeps
-    the shape, a 0-d std's, the input side's value is not at hand in the epilogue's loop)."""
-    return next((k for k, side in enumerate(sides) if node in side), None)
+    """Whether ``node`` is in its group's epilogue (`reduction_sides`), which a kernel evaluates over the
+    reduction's output in a loop of its own: a value there and on the input side is computed in each (where the
+    reduction keeps the shape, a 0-d std's, the input side's value is not at hand in the epilogue's loop). The
+    row epilogue runs over the input's rows and evaluates an input-side value again from its leaves."""
+    return bool(sides) and node in sides[1]
 
 
 def _logged(graph, groups):
