@@ -29,8 +29,8 @@ from .runtime.strided import contiguous_strides, is_contiguous, wrap_dim
 from .ops import registry as _registry
 from .ops.registry import CONTIGUOUS_STRIDES as _CONTIGUOUS, contiguous_strides_cached
 from .ops import creation as _creation
-from .ops.views import (ALL_FORMATS, _check_memory_format, contiguous_format, format_strides, is_contiguous_as,
-                        preserve_format, suggest_memory_format)
+from .ops.views import (ALL_FORMATS, _check_memory_format, format_strides, is_contiguous_as, preserve_format,
+                        suggest_memory_format)
 from .ops import factories as _factories
 from .ops import indexing as _indexing
 from .ops import dlpack as _dlpack

@@ -46,7 +46,7 @@ import numpy as np
 from ..runtime.grad_mode import no_grad
 from ..ir.fake import fake_tensor
 from ..ir.graph import Value, iter_values, warning_as_traced
-from ..ir.passes.fusion import Group, reduction_sides
+from ..ir.passes.fusion import Group, product_work, reduction_sides
 from ..ir.printer import op_counts
 from ..runtime import logs, profiling, threads
 from . import interop
@@ -512,7 +512,7 @@ def _product_work(step):
     if type(step) is not EagerStep or len(step.nodes) != 1:
         return None
     (node,) = step.nodes
-    return interop.product_work(node) if node.op.name in _PRODUCTS and _blas_product(node) else None
+    return product_work(node) if node.op.name in _PRODUCTS and _blas_product(node) else None
 
 
 def _movable(step):

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import time
 
-from ..ir.passes.fusion import PRODUCT_MIN_WORK, product_work
+from ..ir.passes.fusion import PRODUCT_MIN_WORK
 from ..ops.linalg import array_product, whole_gemm
 from ..runtime import blas_calls, threads
 
