@@ -14,7 +14,9 @@ mean again reads the forward's), and the backward reads a chain of dim permutati
 as that base (a Linear weight's gradient leaves compact, as autograd keeps ``.grad``). Chains of cheap
 pointwise ops of forward values, inputs and captured tensors are computed again in the backward where that saves
 fewer bytes than saving their results, or as many and less memory traffic (`_recomputed`); the backward reads an
-input or captured tensor only where eager's backward does, any other through a copy the forward saves.
+input or captured tensor only where eager's backward does, any other through a copy the forward saves; and a value
+the call returns only where eager's nodes saved it (an exp's result): a write into any other must change no gradient
+and raise nothing, so the backward computes it again or reads a copy (`_returned_again`).
 
 So the forward runs once per step, where recomputing it in the backward (`differentiable.CompiledCall`'s
 other mode) ran it twice; random ops draw once, in the forward, and the backward reads what they drew.
