@@ -270,12 +270,66 @@ def _root_series(root):
 
 def polygamma(n, x):
     """The ``n``-th derivative of digamma (``n >= 0``): digamma, trigamma, else
-    ``(-1)**(n + 1) n! zeta(n + 1, x)``."""
+    ``(-1)**(n + 1) n! zeta(n + 1, x)`` (`_zeta_integer`)."""
     if n == 0:
         return digamma(x)
     if n == 1:
         return trigamma(x)
-    return (1.0 if n % 2 else -1.0) * math.exp(math.lgamma(n + 1.0)) * zeta(n + 1.0, x)
+    return (1.0 if n % 2 else -1.0) * math.exp(math.lgamma(n + 1.0)) * _zeta_integer(n + 1, np.asarray(x, np.float64))
+
+
+def _power(t, k):
+    """``t ** k`` for an integer ``k >= 1`` by repeated squaring (a few products, where ``np.power`` calls pow)."""
+    result = None
+    square = t
+    while True:
+        if k & 1:
+            result = square.copy() if result is None else result * square
+        k >>= 1
+        if not k:
+            return result
+        square = square * square
+
+
+def _zeta_shift(s):
+    """The least ``w`` (9 at least, as Cephes') from which `_zeta_integer`'s 12 Euler-Maclaurin terms give
+    ``zeta(s, w)`` to float64: the first term left out, ``2 s (s + 1) ... (s + 24) / (2 pi w)^26`` of the tail's
+    ``w^(1 - s) / (s - 1)`` (``(s + 2j)! / (2 pi w)^2j`` grows with ``s``), below 1e-17."""
+    rising = math.lgamma(s + 25) - math.lgamma(s - 1)
+    return max(9.0, math.exp((rising + math.log(2e17)) / 26) / (2 * math.pi))
+
+
+def _zeta_integer(s, q):
+    """The Hurwitz zeta function of an integer ``s >= 2`` (polygamma's ``n + 1``) at each ``q``: Cephes' scheme
+    (`zeta`) with its direct sum over the elements that still need terms, each term ``(q + k) ** -s`` as products
+    of ``1 / (q + k)``, up to the first ``w = q + m`` past `_zeta_shift` (none where ``q`` is past it already: Cephes
+    sums ten at least, and ``|q|`` more one element at a time for a negative ``q``), and the Euler-Maclaurin tail as
+    one polynomial in ``1 / w^2`` (``s`` is one number). inf at the integers ``q <= 0``, NaN at NaN."""
+    out = np.full(q.shape, np.nan)
+    out[(q <= 0) & (q == np.floor(q))] = np.inf
+    out[q == np.inf] = 0.0
+    ok = np.flatnonzero(np.isfinite(q) & ~((q <= 0) & (q == np.floor(q))))
+    q = q[ok]
+    with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
+        m = np.maximum(0.0, np.ceil(_zeta_shift(s) - q))
+        total = np.zeros_like(q)
+        going = np.flatnonzero(m > 0)
+        k = 0
+        while going.size:
+            total[going] += _power(1 / (q[going] + k), s)
+            k += 1
+            going = going[m[going] > k]
+        w = q + m
+        b = np.power(w, -float(s))
+        coefficients, rising = [], 1.0
+        for i, divisor in enumerate(_ZETA_A):
+            rising *= s + 2 * i
+            coefficients.append(rising / divisor)
+            rising *= s + 2 * i + 1
+        u = 1 / (w * w)
+        total += b * (w / (s - 1) + 0.5 + polevl(u, coefficients[::-1]) / w)
+    out[ok] = total
+    return out
 
 
 # Cephes' Chebyshev coefficients of exp(-x) I0(x) on [0, 8] and exp(-x) sqrt(x) I0(x) on [8, inf), and of I1's
