@@ -67,9 +67,9 @@ def split_joint(joint: Graph, n_inputs: int) -> Split:
     # the inputs and captured tensors that eager's backward reads (its nodes saved them): the backward graph reads
     # any other only through a copy the forward saves (`_copied_leaves`)
     backward_nodes = _backward_side(joint, cotangents)
+    eagerly_read = _leaves_read(backward_nodes, leaves)
     outs, grads = joint.outputs
     outs, grads = list(outs), list(grads)
-    eagerly_read = _leaves_read(backward_nodes, leaves)
     forward_nodes = {id(n) for n in joint.nodes} - {id(n) for n in backward_nodes}
     # views cost nothing to make again: the backward makes its own views of the inputs and captured tensors
     # rather than the forward returning them (which would copy them out), and of the values the forward
@@ -92,10 +92,11 @@ def split_joint(joint: Graph, n_inputs: int) -> Split:
     # the returned values that eager's nodes did not save: the caller may write into them, which must change no
     # gradient and raise nothing, as eagerly (softsign's quotient, whose node saved its operands)
     saved_leaves, kept_outputs = _eager_saves(joint, primal, outs)
-    unsaved = [v for v in _crossing(nodes, grads, cotangents, primal) if id(v) in outputs - kept_outputs]
+    crossing = _crossing(nodes, grads, cotangents, primal)
+    unsaved = [v for v in crossing if id(v) in outputs - kept_outputs]
     if unsaved:
-        redone, cloned, leaves_read = _returned_again(forward_list, unsaved, _crossing(nodes, grads, cotangents, primal),
-                                                     outputs - kept_outputs, leaves, eagerly_read | saved_leaves)
+        redone, cloned, leaves_read = _returned_again(forward_list, unsaved, crossing, outputs - kept_outputs, leaves,
+                                                     eagerly_read | saved_leaves)
         eagerly_read = eagerly_read | leaves_read
         remade = {}
         nodes = _rewired([n for n in joint.nodes if id(n) in redone], remade, copy=True) + _rewired(nodes, remade)
@@ -391,8 +392,8 @@ def _returned_again(forward_nodes, values, crossing, unsaved, leaves, free):
 
 def _copied_outputs(joint, values):
     """Clones of the returned ``values`` that the backward reads, each put right after the node that computes it:
-    the forward saves the copy (a matrix product's result that a loss's backward reads where eager's node saved its
-    operands), so that a write into what the call returned changes no gradient and raises nothing, as eagerly."""
+    the forward saves the copy (a returned mean that var's backward reads, where eager's node saved var's input), so
+    that a write into what the call returned changes no gradient and raises nothing, as eagerly."""
     clones = []
     for v in values:
         node = Node(registry.OPS["clone"], (v, None))
