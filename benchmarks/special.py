@@ -1,4 +1,5 @@
-"""torch.special's Cephes functions, eager: jitorch against torch, process CPU time per call.
+"""torch.special's Cephes functions (and erfinv, polygamma of orders 2 and 3), eager: jitorch against torch, process CPU
+time per call.
 
     PYTHONPATH=$PWD python benchmarks/special.py [--sizes 100000 1000000] [--dtypes float32 float64]
                                                  [--only NAME ...] [--repeat N] [--threads N] [--before]
@@ -30,7 +31,11 @@ RANGES = {
     "modified_bessel_k0": (0, 20), "modified_bessel_k1": (0, 20),
     "scaled_modified_bessel_k0": (0, 20), "scaled_modified_bessel_k1": (0, 20),
     "spherical_bessel_j0": (-40, 40), "airy_ai": (-20, 20),
+    "erfinv": (-1, 1), "polygamma2": (-10, 30), "polygamma3": (-10, 30), "polygamma2_negative": (-100, 0),
 }
+# the functions called otherwise than ``special.NAME(x)``
+CALLS = {"polygamma2": lambda m, x: m.special.polygamma(2, x), "polygamma3": lambda m, x: m.special.polygamma(3, x),
+         "polygamma2_negative": lambda m, x: m.special.polygamma(2, x)}
 
 
 def _without_loops(fn):
@@ -65,8 +70,9 @@ def main():
             for n in args.sizes:
                 data = rng.uniform(low, high, n).astype(dtype)
                 t, j = torch.from_numpy(data), jt.tensor(data)
-                torch_fn = lambda: getattr(torch.special, name)(t)  # noqa: E731
-                jt_fn = lambda: getattr(jt.special, name)(j)  # noqa: E731
+                call = CALLS.get(name, lambda m, x, name=name: getattr(m.special, name)(x))
+                torch_fn = lambda: call(torch, t)  # noqa: E731
+                jt_fn = lambda: call(jt, j)  # noqa: E731
                 times = [median_time(fn, args.repeat, clock=time.process_time) * 1e3
                          for fn in [torch_fn, jt_fn] + ([_without_loops(jt_fn)] if args.before else [])]
                 row = f"{name:28} {dtype:8} {n:>8} {times[0]:9.2f} {times[1]:10.2f} {times[1] / times[0]:6.1f}"

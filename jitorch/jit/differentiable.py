@@ -7,6 +7,7 @@ from __future__ import annotations
 import weakref
 from typing import NamedTuple
 
+from ..autograd import saved_hooks
 from ..autograd.function import Function
 from ..ops.random_ops import Generator, generator_states, replaying_generators
 from ..runtime.grad_mode import is_grad_enabled, no_grad
@@ -44,6 +45,11 @@ class CompiledCall(Function):
         flags = entry.graph.output_requires_grad
         if flags is not None:  # as eagerly, an output computed without a tensor that requires grad does not
             ctx.mark_non_differentiable(*[o for o, requires_grad in zip(outs, flags) if not requires_grad])
+        # the outputs' versions, of which the backward checks those eager's nodes save (an exp's result): weakly
+        # held, as a node that held its own outputs would keep each alive until its backward (under saved-tensor
+        # hooks, torch packs what its nodes save unchecked)
+        ctx.outputs = None if saved_hooks.active() is not None else [
+            (weakref.ref(getattr(o._storage, "root", o._storage)), o._version, o.dtype, tuple(o.shape)) for o in outs]
         return outs
 
     @staticmethod
@@ -56,7 +62,9 @@ class CompiledCall(Function):
             inputs_for_vjp = [t.detach().requires_grad_(t.requires_grad) if t.dtype.is_floating_point else t.detach()
                               for t in inputs]
         vjp_args = (*inputs_for_vjp, *[g.contiguous() for g in grads])
-        ctx.saved_tensors_reading(_positions_read(ctx.entry.backward, vjp_args, saved, ctx.n))
+        positions, outputs = _positions_read(ctx.entry.backward, vjp_args, saved, ctx.n)
+        ctx.saved_tensors_reading(positions)
+        _check_outputs(ctx.outputs, outputs)
         with replaying_generators(ctx.generators):
             gs = ctx.entry.backward(*vjp_args)
         if is_grad_enabled():  # (as the split's: the compiled product gives them without history)
@@ -162,17 +170,31 @@ def _unreached(graph, n):
 def _positions_read(vjp, vjp_args, saved, n):
     """The positions among ``saved`` (the ``n`` inputs, then the captured tensors) of the tensors the
     compiled backward reads: as torch checks the versions of only the tensors its nodes saved, a
-    write into one the gradients do not depend on (an integer index tensor) is no error."""
+    write into one the gradients do not depend on (an integer index tensor) is no error; and the positions
+    among the call's outputs of those eager's nodes save (an exp's result), which the backward recomputes."""
     entry = vjp._entry(vjp_args, {})
     if entry is None or entry.graph is None:  # the backward runs eagerly: it may read any of them
-        return range(len(saved))
+        return range(len(saved)), ()
     graph = entry.graph
     live = _reaching_outputs(graph)
     # and those eager's nodes saved, which its backward checks even where the gradients do not read them
     eager = graph.saved_eagerly or ()
     captured = {id(graph.constant_tensors[name]) for name, v in graph.constants.items() if v in live or name in eager}
-    return [i for i, t in enumerate(saved)
-            if (graph.inputs[i] in live or i in eager if i < n else id(t) in captured)]
+    return ([i for i, t in enumerate(saved) if (graph.inputs[i] in live or i in eager if i < n else id(t) in captured)],
+            sorted(key[1] for key in eager if isinstance(key, tuple)))
+
+
+def _check_outputs(versions, positions):
+    """Raise torch's error where an output at ``positions`` (its ``versions``: the call's (weak reference to its
+    memory, version, dtype, shape)) was written since the call: eager's node saved it, and its backward would
+    have refused what the recomputing backward gives."""
+    for k in positions if versions is not None else ():
+        memory, version, dtype, shape = versions[k]
+        st = memory()
+        if st is not None and st._version != version:
+            raise RuntimeError(f"one of the variables needed for gradient computation has been modified by an "
+                               f"inplace operation: [{dtype}{list(shape)}], which is output {k} of a compiled call, "
+                               f"is at version {st._version}; expected version {version} instead.")
 
 
 def _reaching_outputs(graph):

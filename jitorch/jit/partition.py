@@ -14,7 +14,9 @@ mean again reads the forward's), and the backward reads a chain of dim permutati
 as that base (a Linear weight's gradient leaves compact, as autograd keeps ``.grad``). Chains of cheap
 pointwise ops of forward values, inputs and captured tensors are computed again in the backward where that saves
 fewer bytes than saving their results, or as many and less memory traffic (`_recomputed`); the backward reads an
-input or captured tensor only where eager's backward does, any other through a copy the forward saves.
+input or captured tensor only where eager's backward does, any other through a copy the forward saves; and a value
+the call returns only where eager's nodes saved it (an exp's result): a write into any other must change no gradient
+and raise nothing, so the backward computes it again or reads a copy (`_returned_again`).
 
 So the forward runs once per step, where recomputing it in the backward (`differentiable.CompiledCall`'s
 other mode) ran it twice; random ops draw once, in the forward, and the backward reads what they drew.
@@ -80,15 +82,32 @@ def split_joint(joint: Graph, n_inputs: int) -> Split:
              if v.node is not None and id(v.node) not in views]
     # and cheap arithmetic whose operands the backward has anyway costs less to redo than to save
     kept = [v for v in read if v.node is not None and id(v.node) not in views]
-    again = views | _recomputed(forward_list, _unique(kept + roots), {id(v) for v in outs}, leaves, eagerly_read,
-                                _Traffic(joint.nodes, forward_nodes, {id(v) for v in outs}))
+    outputs = {id(v) for v in outs}
+    again = views | _recomputed(forward_list, _unique(kept + roots), outputs, leaves, eagerly_read,
+                                _Traffic(joint.nodes, forward_nodes, outputs))
     remade = {}
     nodes = _rewired([n for n in joint.nodes if id(n) in again], remade, copy=True) + backward_nodes
     nodes = _rewired(nodes, remade)
+    grads = [remade.get(id(g), g) for g in grads]
+    # the returned values that eager's nodes did not save: the caller may write into them, which must change no
+    # gradient and raise nothing, as eagerly (softsign's quotient, whose node saved its operands)
+    saved_leaves, kept_outputs = _eager_saves(joint, primal, outs)
+    crossing = _crossing(nodes, grads, cotangents, primal)
+    unsaved = [v for v in crossing if id(v) in outputs - kept_outputs]
+    if unsaved:
+        redone, cloned, leaves_read = _returned_again(forward_list, unsaved, crossing, outputs - kept_outputs, leaves,
+                                                     eagerly_read | saved_leaves)
+        eagerly_read = eagerly_read | leaves_read
+        remade = {}
+        nodes = _rewired([n for n in joint.nodes if id(n) in redone], remade, copy=True) + _rewired(nodes, remade)
+        clones = _copied_outputs(joint, cloned)
+        forward_nodes.update(id(n) for n in clones)
+        remade.update((id(n.args[0]), n.outputs[0]) for n in clones)
+        nodes = _rewired(nodes, remade)
+        grads = [remade.get(id(g), g) if isinstance(g, Value) else g for g in grads]
     copies = _copied_leaves(joint, nodes, leaves - eagerly_read)
     forward_nodes.update(id(n) for n in copies)
     nodes = _rewired(nodes, {id(n.args[0]): n.outputs[0] for n in copies})
-    grads = [remade.get(id(g), g) for g in grads]
     nodes, grads = _without_undone_permutes(nodes, grads)
     position = {id(v): i for i, v in enumerate(primal)}
     crossing = _crossing(nodes, grads, cotangents, primal)
@@ -315,6 +334,73 @@ def _leaves_read(nodes, leaves):
         elif v.node is not None and v.node.op.kind == "view":
             stack.extend(v.node.input_values())
     return found
+
+
+def _eager_saves(joint, primal, outs):
+    """The ids of the inputs and captured tensors among ``primal`` and ``joint``'s constants that eager's nodes save
+    (`Graph.saved_eagerly`: the backward may read them as they are, as eager's does, their versions checked either
+    way), and of the values among the returned ``outs`` that eager's nodes save (an exp's result): the backward may
+    read those as they are returned, where a write into any other returned value must change no gradient and raise
+    nothing, as eagerly (a quotient, whose node saved its operands). Where what eager saves is not known, every
+    returned value counts as saved, and no leaf."""
+    if joint.saved_eagerly is None:
+        return set(), {id(v) for v in outs}
+    leaves, kept = set(), set()
+    for key in joint.saved_eagerly:
+        if isinstance(key, tuple):
+            kept.add(id(outs[key[1]]))
+        elif isinstance(key, int):
+            leaves.add(id(primal[key]))
+        elif key in joint.constants:
+            leaves.add(id(joint.constants[key]))
+    return leaves, kept
+
+
+def _returned_again(forward_nodes, values, crossing, unsaved, leaves, free):
+    """How the backward gets the returned ``values`` (of the ids ``unsaved``: returned values eager's nodes did not
+    save) without the forward saving them: the ids of the forward nodes it computes each again from (chains of
+    `_RECOMPUTED` ops, as `_recomputed`'s, from the ``crossing`` values other than those, and the ``free`` inputs and
+    captured tensors: those eager's backward reads or its nodes save, whose versions are checked either way); the
+    values without such a chain, which the forward saves a copy of; and the ids of the leaves the chains read."""
+    by_output = {id(v): n for n in forward_nodes for v in n.outputs}
+    have = {id(v) for v in crossing if id(v) not in unsaved}
+    redone, cloned, leaves_read = set(), [], set()
+    for v in values:
+        nodes, read, stack, seen = set(), set(), [v], set()
+        while stack:  # (without recursion: a pointwise chain may be thousands of ops long)
+            u = stack.pop()
+            if id(u) in seen or id(u) in have:
+                continue
+            seen.add(id(u))
+            if id(u) in leaves:
+                if id(u) not in free:
+                    break
+                read.add(id(u))
+                continue
+            node = by_output.get(id(u))
+            if node is None or node.op.name not in _RECOMPUTED or len(node.outputs) != 1:
+                break
+            nodes.add(id(node))
+            stack.extend(node.input_values())
+        else:
+            redone |= nodes
+            leaves_read |= read
+            continue
+        cloned.append(v)
+    return redone, cloned, leaves_read
+
+
+def _copied_outputs(joint, values):
+    """Clones of the returned ``values`` that the backward reads, each put right after the node that computes it:
+    the forward saves the copy (a returned mean that var's backward reads, where eager's node saved var's input), so
+    that a write into what the call returned changes no gradient and raises nothing, as eagerly."""
+    clones = []
+    for v in values:
+        node = Node(registry.OPS["clone"], (v, None))
+        node.outputs = [Value(joint._fresh(), v.type, node, 0)]
+        joint.nodes.insert(joint.nodes.index(v.node) + 1, node)
+        clones.append(node)
+    return clones
 
 
 def _copied_leaves(joint, nodes, copied):
