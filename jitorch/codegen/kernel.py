@@ -958,8 +958,9 @@ def build_reduction(group, name, target=None, aliases=None, layouts=None):
     def streamed(a, count):
         """(whether a run of ``count`` elements of reduction ``a`` reduces in streams, in how many, and the float
         max or min it folds with there, if any). On the CPU, a run of reduced elements (the reduced dims collapse
-        to one; no prologue output in its loop, no index) is read in several streams at once (`streamed_run`);
-        a float max or min there as `float_extremum` does."""
+        to one; no prologue output in its loop, no index) of `STREAMED_MIN` elements or more is read in several
+        streams at once (`streamed_run`); a float max or min there, and along shorter runs in one stream, as
+        `float_extremum` does."""
         run = bld.target is CPU and len(r_sizes) == 1 and not inline[a] and index_of is None
         extremum = EXTREMA.get(a.lowering) if run and a.compute in EXTREMUM_DTYPES and not half else None
         return run and (extremum is not None or count >= STREAMED_MIN), streams_for(count), extremum
@@ -1096,26 +1097,36 @@ def _memory_order(leaves, in_shape, reduced):
     return sorted(reduced, key=lambda d: -abs(strides[d]))
 
 
-# Runs of at least this many reduced elements are read in `STREAMS` streams (shorter float max and min runs:
-# in two, which their NaN check pairs).
-STREAMED_MIN = 1024
+# Runs of at least this many reduced elements are read in `STREAMS` streams, shorter ones in one. Streams help
+# only where each is long: a row max of 4096x4096 float32 read each row in four streams of 4 KB (one page
+# each) and took 1.7 times one stream's time (3.7 against 2.1 ms, one thread, thread CPU time; torch 2.2);
+# rows of 1024 in two or four streams took 2.5 times as long; from rows of 16384 streams and one stream were
+# even, and a 16M full sum's parts of 1M elements ran 3-7% faster in four. One stream walks a matrix's rows
+# as one run through memory, which the hardware prefetchers follow across rows and pages.
+STREAMED_MIN = 1 << 18
 STREAMS = 4
+# The run loop's metadata: four vectors of accumulators a turn, not unrolled further. Where a row's length is a
+# constant, LLVM unrolled its loop whole (64 vectors for a row of 1024 float32) and spilled the registers:
+# a row max of 16384x1024 took 2.5 ms against 1.9 so (torch 2.0; one thread, thread CPU time).
+RUN_LOOP = (("llvm.loop.unroll.disable",), ("llvm.loop.interleave.count", 4))
 
 
 def streams_for(count):
     """How many streams a run of ``count`` reduced elements is read in."""
-    return STREAMS if count >= STREAMED_MIN else 2
+    return STREAMS if count >= STREAMED_MIN else 1
 
 
 def streamed_run(b, lo, hi, streams, visit):
     """Visit every index of [lo, hi) once: ``visit(b, js)`` with one index per stream, the i-th stream
     walking the i-th of ``streams`` equal contiguous parts, then each index left over alone (``js`` of one).
-    Each stream folds into an accumulator of its own: a core keeps more loads in flight along several
-    streams than along one (a long sum runs about 8% faster in two, a little more in four), and the
-    vectorised loop holds ``streams`` times the independent accumulators."""
+    Each stream folds into an accumulator of its own: along a long run a core keeps more loads in flight
+    along several streams than along one (a 16M sum's parts ran 3-7% faster in four; short runs are one
+    stream: see `STREAMED_MIN`); the loop is vectorised with four vectors of accumulators per stream
+    (`RUN_LOOP`)."""
     part = b.sdiv(b.sub(hi, lo), I64(streams))
     counted_loop(b, lo, b.add(lo, part), I64(1),
-                 lambda b, j: visit(b, [j] + [b.add(j, b.mul(part, I64(i))) for i in range(1, streams)]), "run")
+                 lambda b, j: visit(b, [j] + [b.add(j, b.mul(part, I64(i))) for i in range(1, streams)]), "run"
+                 ).set_metadata("llvm.loop", _loop_metadata(b.module, *RUN_LOOP))
     counted_loop(b, b.add(lo, b.mul(part, I64(streams))), hi, I64(1), lambda b, j: visit(b, [j]), "rest")
 
 
@@ -1124,12 +1135,12 @@ EXTREMA = {lowering.AMAX: "maxnum", lowering.AMIN: "minnum"}
 EXTREMUM_DTYPES = (_dt.float32, _dt.float64)
 
 
-def float_extremum(b, which, dtype, lo, hi, value, streams=2):
+def float_extremum(b, which, dtype, lo, hi, value, streams=1):
     """The max (``which`` "maxnum") or min ("minnum") of ``value(b, j)`` (a float Scalar of ``dtype``) over
-    j in [lo, hi), NaN if any of them is NaN, as torch's max is. The range is read in ``streams`` (an even
-    number of) streams (`streamed_run`), each folded into its own accumulator by a max that assumes no NaN,
-    while one unordered compare per pair of streams tells whether either holds a NaN. So the loop vectorises
-    (the vector max is one instruction) and checks for NaN at half the cost of checking each element; a NaN
+    j in [lo, hi), NaN if any of them is NaN, as torch's max is. The range is read in ``streams`` (one or an
+    even number of) streams (`streamed_run`), each folded into its own accumulator by a max that assumes no
+    NaN, while one unordered compare per pair of streams (per element in one stream, which pairs each with
+    itself) tells whether either holds a NaN. So the loop vectorises (the vector max is one instruction); a NaN
     makes the no-NaN max poison, which only the final select, taking NaN instead, ever reads. A tie between
     -0.0 and 0.0 gives either, as torch's vectorised max does. The empty range gives the identity (-inf for
     max, inf for min)."""
