@@ -231,3 +231,30 @@ def test_compiled_sums_and_maxima_have_the_same_bits_at_one_and_two_threads(shap
     tx = torch.from_numpy(values)
     for fn in fns:
         np.testing.assert_allclose(jt.compile(fn)(x).numpy(), fn(tx).numpy(), rtol=1e-5, atol=1e-3)
+
+
+OTHER_ROW_REDUCTIONS = {"prod": lambda t: t.prod(1), "any": lambda t: t.any(1), "all": lambda t: t.all(1),
+                        "count_nonzero": lambda t: t.count_nonzero(1), "mean": lambda t: t.mean(1)}
+
+
+@pytest.mark.parametrize("dtype", [jt.float32, jt.float16, jt.int32, jt.bool], ids=str)
+def test_products_truth_counts_and_means_of_short_and_long_rows_match_torch(dtype, rng):
+    """The other reductions whose rows of 9 to 2**18 - 1 elements moved from the generic loop nest to
+    `kernel.streamed_run` (those of 1024 or more were read in four streams before)."""
+    for width in (5, 9, 64, 1031):
+        values = rng.standard_normal((6, width)) * 0.05 + 1.0
+        values[1, width // 2] = 0.0
+        values[2] = 0.0
+        if dtype is jt.int32:
+            values = rng.integers(-3, 4, (6, width))
+            values[3] = 1
+        x = jt.tensor(values).to(dtype)
+        tx = torch_of(x)
+        fns = {k: f for k, f in OTHER_ROW_REDUCTIONS.items()
+               if not (k == "mean" and not dtype.is_floating_point) and not (k == "prod" and dtype is jt.float16)}
+        got = jt.compile(lambda t: [f(t) for f in fns.values()])(x)
+        for (name, fn), g in zip(fns.items(), got, strict=True):
+            want = fn(tx)
+            assert str(g.dtype).split(".")[-1] == str(want.dtype).split(".")[-1], name
+            rtol = 2e-3 if dtype is jt.float16 else 1e-5
+            np.testing.assert_allclose(as_numpy(g), as_numpy(want), rtol=rtol, atol=rtol, err_msg=f"{name} {width}")
