@@ -70,7 +70,8 @@ def main(argv=None):
         x, tx = jt.from_numpy(array), torch.from_numpy(array)
         compiled = jt.compile(fn)
         np.testing.assert_allclose(compiled(x).numpy(), fn(tx).numpy(), rtol=1e-4, atol=1e-3)
-        prepared.append((label, {"jitorch compiled": lambda c=compiled, x=x: c(x), "torch eager": lambda f=fn, t=tx: f(t)}))
+        prepared.append((label, {"jitorch compiled": lambda c=compiled, x=x: c(x),
+                                 "torch eager": lambda f=fn, t=tx: f(t)}))
     print(f"medians of {rounds} calls each, wall (thread CPU); load {os.getloadavg()[0]:.1f}")
     for threads in (int(t) for t in args.threads.split(",")):
         jt.set_num_threads(threads)

@@ -18,9 +18,9 @@ and where the input's innermost dim is kept one loop folds every element into
 each reduction's accumulators. Where the
 input's innermost dim is kept, it reduces a chunk of kept elements at a time
 with the reduced dims outside, so its inner loop runs along memory. On the CPU a
-long run of reduced elements is read in several streams, each with its own
-accumulator (`streamed_run`), and a float max or min there folds with a vector
-max and checks for NaN apart (`float_extremum`).
+run of reduced elements is read by `streamed_run` (a long one in several
+streams, each with its own accumulator), and a float max or min there folds
+with a vector max and checks for NaN apart (`float_extremum`).
 
 The generated function is ``kernel(i64 start, i64 end, T* noalias ...)``
 over the outermost loop, so a target can split that loop into chunks; an
@@ -1145,12 +1145,12 @@ EXTREMUM_DTYPES = (_dt.float32, _dt.float64)
 def float_extremum(b, which, dtype, lo, hi, value, count):
     """The max (``which`` "maxnum") or min ("minnum") of ``value(b, j)`` (a float Scalar of ``dtype``) over
     j in [lo, hi) (``count`` of them, or at most so many), NaN if any of them is NaN, as torch's max is. The
-    range is read in one stream or an even number of them (`streamed_run`), each folded into its own accumulator by a max that assumes no
-    NaN, while one unordered compare per pair of streams (per element in one stream, which pairs each with
-    itself) tells whether either holds a NaN. So the loop vectorises (the vector max is one instruction); a NaN
-    makes the no-NaN max poison, which only the final select, taking NaN instead, ever reads. A tie between
-    -0.0 and 0.0 gives either, as torch's vectorised max does. The empty range gives the identity (-inf for
-    max, inf for min)."""
+    range is read in one stream or an even number of them (`streamed_run`), each folded into its own
+    accumulator by a max that assumes no NaN, while one unordered compare per pair of streams (per element in
+    one stream, which pairs each with itself) tells whether either holds a NaN. So the loop vectorises (the
+    vector max is one instruction); a NaN makes the no-NaN max poison, which only the final select, taking NaN
+    instead, ever reads. A tie between -0.0 and 0.0 gives either, as torch's vectorised max does. The empty
+    range gives the identity (-inf for max, inf for min)."""
     t = llvm_type(dtype)
     streams = streams_for(count)
     fn = b.module.declare_intrinsic(f"llvm.{which}", [t], ir.FunctionType(t, [t, t]))
