@@ -18,9 +18,9 @@ and where the input's innermost dim is kept one loop folds every element into
 each reduction's accumulators. Where the
 input's innermost dim is kept, it reduces a chunk of kept elements at a time
 with the reduced dims outside, so its inner loop runs along memory. On the CPU a
-long run of reduced elements is read in several streams, each with its own
-accumulator (`streamed_run`), and a float max or min there folds with a vector
-max and checks for NaN apart (`float_extremum`).
+run of reduced elements is read by `streamed_run` (a long one in several
+streams, each with its own accumulator), and a float max or min there folds
+with a vector max and checks for NaN apart (`float_extremum`).
 
 The generated function is ``kernel(i64 start, i64 end, T* noalias ...)``
 over the outermost loop, so a target can split that loop into chunks; an
@@ -955,21 +955,22 @@ def build_reduction(group, name, target=None, aliases=None, layouts=None):
     sibling_outs = [o for o in pro_outs if o not in written]
     half = _carries_float16(bld)
 
-    def streamed(a, count):
-        """(whether a run of ``count`` elements of reduction ``a`` reduces in streams, in how many, and the float
-        max or min it folds with there, if any). On the CPU, a run of reduced elements (the reduced dims collapse
-        to one; no prologue output in its loop, no index) is read in several streams at once (`streamed_run`);
-        a float max or min there as `float_extremum` does."""
+    def streamed(a):
+        """(whether reduction ``a`` reduces a run as `streamed_run` reads it, and the float max or min it folds
+        with there, if any). On the CPU, a run of reduced elements (the reduced dims collapse to one; no prologue
+        output in its loop, no index) is read so, in several streams where it is long (`streams_for`); a float
+        max or min there as `float_extremum` does."""
         run = bld.target is CPU and len(r_sizes) == 1 and not inline[a] and index_of is None
         extremum = EXTREMA.get(a.lowering) if run and a.compute in EXTREMUM_DTYPES and not half else None
-        return run and (extremum is not None or count >= STREAMED_MIN), streams_for(count), extremum
+        return run, extremum
 
-    def reduce_run(b, a, kidx, lo, hi, streams, extremum):
-        """Reduction ``a`` (in its compute dtype) of the run's elements [lo, hi) at kept index ``kidx``: one
-        accumulator per stream, combined at the end."""
+    def reduce_run(b, a, kidx, lo, hi, count, extremum):
+        """Reduction ``a`` (in its compute dtype) of the run's elements [lo, hi) (``count`` of them, or at most
+        so many) at kept index ``kidx``: one accumulator per stream, combined at the end."""
         value = lambda b, j: element(b, a, kidx, j)  # noqa: E731
         if extremum is not None:
-            return float_extremum(b, extremum, a.compute, lo, hi, value, streams)
+            return float_extremum(b, extremum, a.compute, lo, hi, value, count)
+        streams = streams_for(count)
         with b.goto_entry_block():
             slots = [b.alloca(llvm_type(a.dtype)) for _ in range(streams)]
         for slot in slots:
@@ -979,7 +980,7 @@ def build_reduction(group, name, target=None, aliases=None, layouts=None):
             for slot, j in zip(slots, js):
                 e.store(a.lowering.combine(e, e.load(slot, a.dtype),
                                            a.lowering.enter(e, value(b, j), a.compute, a.dtype)), slot)
-        streamed_run(b, lo, hi, streams, visit)
+        streamed_run(b, lo, hi, count, visit)
         total = e.load(slots[0], a.dtype)
         for slot in slots[1:]:
             total = a.lowering.combine(e, total, e.load(slot, a.dtype))
@@ -988,9 +989,9 @@ def build_reduction(group, name, target=None, aliases=None, layouts=None):
     def kept_body(b, kidx):
         totals = []
         for a in accs:  # (one loop over the row each: see the docstring)
-            use, streams, extremum = streamed(a, r_sizes[0] if r_sizes else 0)
+            use, extremum = streamed(a)
             if use:
-                totals.append(reduce_run(b, a, kidx, I64(0), I64(r_sizes[0]), streams, extremum))
+                totals.append(reduce_run(b, a, kidx, I64(0), I64(r_sizes[0]), r_sizes[0], extremum))
                 continue
             start(b, a, a.slot)
             bld.target.reduce_loops(bld, b, e, r_sizes, lambda b, ridx, slot, a=a: reduce_item(
@@ -1061,9 +1062,9 @@ def build_reduction(group, name, target=None, aliases=None, layouts=None):
         def part_body(b, pidx):
             lo = b.mul(pidx[0], I64(step))
             hi = b.select(b.icmp_signed("<", b.add(lo, I64(step)), I64(n)), b.add(lo, I64(step)), I64(n))
-            use, streams, extremum = streamed(accs[0], step)
+            use, extremum = streamed(accs[0])
             if use:
-                partial = reduce_run(b, accs[0], [], lo, hi, streams, extremum)
+                partial = reduce_run(b, accs[0], [], lo, hi, step, extremum)
             else:
                 e.store(identity, acc)
 
@@ -1096,26 +1097,43 @@ def _memory_order(leaves, in_shape, reduced):
     return sorted(reduced, key=lambda d: -abs(strides[d]))
 
 
-# Runs of at least this many reduced elements are read in `STREAMS` streams (shorter float max and min runs:
-# in two, which their NaN check pairs).
-STREAMED_MIN = 1024
+# Runs of at least this many reduced elements are read in `STREAMS` streams, shorter ones in one. Streams help
+# only where each is long: a row max of 4096x4096 float32 read each row in four streams of 4 KB (one page
+# each) and took 1.7 times one stream's time (3.7 against 2.1 ms, one thread, thread CPU time; torch 2.2);
+# rows of 1024 in two or four streams took 2.5 times as long; from rows of 16384 streams and one stream were
+# even, and a 16M full sum's parts of 1M elements ran 3-7% faster in four. One stream walks a matrix's rows
+# as one run through memory, which the hardware prefetchers follow across rows and pages.
+STREAMED_MIN = 1 << 18
 STREAMS = 4
+# The loop along a run of `RUN_LOOP_MIN` elements or more: four vectors of accumulators a turn, not unrolled
+# further. Where a row's length is a constant, LLVM unrolled its loop whole and then vectorised the loop over
+# the rows, gathering each element from 8 rows at once: 16M float32 in rows of 9 to 64 took 16-21 ms to sum
+# or max (torch 2.6-17), 2.3-5.3 along the rows; and a row of 1024 was unrolled into 64 vectors that spilled
+# registers (a 16384x1024 row max 2.5 -> 1.9 ms; torch 2.0). One thread, thread CPU time. Runs of up to 8 are
+# LLVM's to unroll (rows of 4 to 7 ran 1.15-1.7 times slower kept as loops).
+RUN_LOOP = (("llvm.loop.unroll.disable",), ("llvm.loop.interleave.count", 4))
+RUN_LOOP_MIN = 9
 
 
 def streams_for(count):
     """How many streams a run of ``count`` reduced elements is read in."""
-    return STREAMS if count >= STREAMED_MIN else 2
+    return STREAMS if count >= STREAMED_MIN else 1
 
 
-def streamed_run(b, lo, hi, streams, visit):
-    """Visit every index of [lo, hi) once: ``visit(b, js)`` with one index per stream, the i-th stream
-    walking the i-th of ``streams`` equal contiguous parts, then each index left over alone (``js`` of one).
-    Each stream folds into an accumulator of its own: a core keeps more loads in flight along several
-    streams than along one (a long sum runs about 8% faster in two, a little more in four), and the
-    vectorised loop holds ``streams`` times the independent accumulators."""
+def streamed_run(b, lo, hi, count, visit):
+    """Visit every index of [lo, hi) (``count`` indices, or at most so many) once: ``visit(b, js)`` with one
+    index per stream, the i-th stream walking the i-th of `streams_for` ``count`` equal contiguous parts, then
+    each index left over alone (``js`` of one). Each stream folds into an accumulator of its own: along a long
+    run a core keeps more loads in flight along several streams than along one (a 16M sum's parts ran 3-7%
+    faster in four; short runs are one stream: see `STREAMED_MIN`); the loop is vectorised with four vectors
+    of accumulators per stream (`RUN_LOOP`)."""
+    streams = streams_for(count)
     part = b.sdiv(b.sub(hi, lo), I64(streams))
-    counted_loop(b, lo, b.add(lo, part), I64(1),
-                 lambda b, j: visit(b, [j] + [b.add(j, b.mul(part, I64(i))) for i in range(1, streams)]), "run")
+    loop = counted_loop(b, lo, b.add(lo, part), I64(1),
+                        lambda b, j: visit(b, [j] + [b.add(j, b.mul(part, I64(i))) for i in range(1, streams)]),
+                        "run")
+    if count >= RUN_LOOP_MIN:
+        loop.set_metadata("llvm.loop", _loop_metadata(b.module, *RUN_LOOP))
     counted_loop(b, b.add(lo, b.mul(part, I64(streams))), hi, I64(1), lambda b, j: visit(b, [j]), "rest")
 
 
@@ -1124,16 +1142,17 @@ EXTREMA = {lowering.AMAX: "maxnum", lowering.AMIN: "minnum"}
 EXTREMUM_DTYPES = (_dt.float32, _dt.float64)
 
 
-def float_extremum(b, which, dtype, lo, hi, value, streams=2):
+def float_extremum(b, which, dtype, lo, hi, value, count):
     """The max (``which`` "maxnum") or min ("minnum") of ``value(b, j)`` (a float Scalar of ``dtype``) over
-    j in [lo, hi), NaN if any of them is NaN, as torch's max is. The range is read in ``streams`` (an even
-    number of) streams (`streamed_run`), each folded into its own accumulator by a max that assumes no NaN,
-    while one unordered compare per pair of streams tells whether either holds a NaN. So the loop vectorises
-    (the vector max is one instruction) and checks for NaN at half the cost of checking each element; a NaN
-    makes the no-NaN max poison, which only the final select, taking NaN instead, ever reads. A tie between
-    -0.0 and 0.0 gives either, as torch's vectorised max does. The empty range gives the identity (-inf for
-    max, inf for min)."""
+    j in [lo, hi) (``count`` of them, or at most so many), NaN if any of them is NaN, as torch's max is. The
+    range is read in one stream or an even number of them (`streamed_run`), each folded into its own
+    accumulator by a max that assumes no NaN, while one unordered compare per pair of streams (per element in
+    one stream, which pairs each with itself) tells whether either holds a NaN. So the loop vectorises (the
+    vector max is one instruction); a NaN makes the no-NaN max poison, which only the final select, taking NaN
+    instead, ever reads. A tie between -0.0 and 0.0 gives either, as torch's vectorised max does. The empty
+    range gives the identity (-inf for max, inf for min)."""
     t = llvm_type(dtype)
+    streams = streams_for(count)
     fn = b.module.declare_intrinsic(f"llvm.{which}", [t], ir.FunctionType(t, [t, t]))
     with b.goto_entry_block():  # static slots, which mem2reg turns into the loop's registers
         slots, nan = [b.alloca(t) for _ in range(streams)], b.alloca(ir.IntType(1))
@@ -1152,7 +1171,7 @@ def float_extremum(b, which, dtype, lo, hi, value, streams=2):
     for slot in slots:
         b.store(ir.Constant(t, float("-inf") if which == "maxnum" else float("inf")), slot)
     b.store(ir.Constant(ir.IntType(1), 0), nan)
-    streamed_run(b, lo, hi, streams, visit)
+    streamed_run(b, lo, hi, count, visit)
     total = b.load(slots[0])
     for slot in slots[1:]:
         total = fold(total, b.load(slot))
@@ -1333,7 +1352,7 @@ def build_softmax(group, name, target=None, aliases=None, layouts=None):
         at = lambda p, j: b.gep(p, [b.add(base, j[0])])  # noqa: E731
 
         if target is CPU and not _carries_float16(bld):
-            m = float_extremum(b, "maxnum", dtype, I64(0), I64(cols), read, streams_for(cols))
+            m = float_extremum(b, "maxnum", dtype, I64(0), I64(cols), read, cols)
         else:  # a GPU block combines keys (see lowering.Reduction): one integer max carries NaN
             amax = lowering.AMAX
             key = amax.accumulator(dtype, dtype)

@@ -221,10 +221,10 @@ def test_cuda_max_min_and_epilogues_match_eager_on_the_emulated_device(rng):
 
 
 # Float max and min along a run of reduced elements (kernel.float_extremum): rows of every length class
-# (one element, shorter than a vector, read in two streams with an odd element left over, several vectors
-# per stream, four streams with three left over), with NaN of either sign where each stream starts and
-# ends and in the elements left over, infinities and signed zeros.
-ROW_LENGTHS = [1, 2, 3, 17, 64, 65, 1031]
+# (one element, shorter than a vector, several vectors in one stream with elements past the last whole
+# vector, four streams with three left over), with NaN of either sign where each stream starts and ends and
+# in the elements left over, infinities and signed zeros.
+ROW_LENGTHS = [1, 2, 3, 17, 64, 65, 1031, kernel_module.STREAMED_MIN + 3]
 
 
 def stream_edges(n):
@@ -287,7 +287,7 @@ def vector_loop(ir_text, call):
 
 
 @pytest.mark.parametrize("dtype, name", [(jt.float32, "float"), (jt.float64, "double")], ids=str)
-def test_row_max_runs_several_vector_accumulators_and_one_nan_compare_per_pair(dtype, name):
+def test_row_max_runs_several_vector_accumulators_and_a_vector_nan_compare(dtype, name):
     x = jt.randn(8, 4096, dtype=dtype)
     for fn, intrinsic in ((lambda t: t.amax(1), "maxnum"), (lambda t: t.amin(1) * 2, "minnum"),
                           (lambda t: t.softmax(-1), "maxnum")):
@@ -296,10 +296,10 @@ def test_row_max_runs_several_vector_accumulators_and_one_nan_compare_per_pair(d
         folds = re.findall(rf"call nnan nsz <\d+ x {name}> @llvm\.{intrinsic}", loop)
         accumulators = re.findall(rf"= phi <\d+ x {name}>", loop)
         compares = re.findall(rf"fcmp uno <\d+ x {name}>", loop)
-        # independent accumulators (one per stream, each interleaved), so the max's latency does not bound
-        # the loop; no integer keys; one unordered compare for two vectors, one from each of a pair of streams
+        # independent accumulators (a row of 4096 is one stream, interleaved: `kernel.RUN_LOOP`), so the
+        # max's latency does not bound the loop; no integer keys; at most one unordered compare per vector
         assert len(accumulators) >= 4 and len(folds) >= len(accumulators), loop
-        assert 2 * len(compares) == len(folds), loop
+        assert 0 < len(compares) <= len(folds), loop
         assert not re.search(r"llvm\.[su](max|min)|icmp s[gl]t <", loop)
 
 
@@ -363,24 +363,25 @@ SUMS = [("sum", lambda t: t.sum(-1)), ("mean", lambda t: t.mean(-1)), ("prod", l
 
 @pytest.mark.parametrize("dtype", [jt.int8, jt.int32, jt.int64, jt.bool, jt.float16, jt.float32, jt.float64], ids=str)
 def test_long_rows_reduce_in_four_streams_with_torchs_results(dtype, rng):
-    # rows of 4099 elements: four streams and three elements left over; integers exactly (int8 and int32
-    # sums overflow their dtype, which torch sums in int64), floats in another order of the same sum
-    n = 4099
+    # rows of STREAMED_MIN + 3 elements: four streams and three elements left over; integers exactly (int8
+    # and int32 sums overflow their dtype, which torch sums in int64), floats in another order of the same sum
+    n = kernel_module.STREAMED_MIN + 3
     assert kernel_module.streams_for(n) == 4
+    part = n // 4
     if dtype is jt.bool:
-        values = rng.random((5, n)) < 0.999
-        values[1], values[2, 4097] = True, False
+        values = rng.random((3, n)) < 0.99999
+        values[1], values[2, n - 2] = True, False
     elif dtype.is_floating_point:
-        values = rng.standard_normal((5, n)) * 0.02 + 1.0
-        values[1, 4098], values[2, 1025] = np.nan, 0.0
+        values = rng.standard_normal((3, n)) * 0.002 + 1.0
+        values[1, n - 1], values[2, part + 1] = np.nan, 0.0
     else:
         lo, hi = (-100, 100) if dtype is jt.int8 else ((-2**31, 2**31 - 1) if dtype is jt.int32 else (-2**40, 2**40))
-        values = rng.integers(lo, hi, (5, n))
+        values = rng.integers(lo, hi, (3, n))
         values[1] = hi
     x = jt.tensor(values).to(dtype)
     tx = torch.from_numpy(values).to(getattr(torch, str(dtype).split(".")[-1]))
     for name, fn in SUMS:
-        # (torch's float16 prod accumulates in float16, 5% off over 4099 elements; jitorch's in float32)
+        # (torch's float16 prod accumulates in float16, far off over so many elements; jitorch's in float32)
         if name in ("mean", "nansum") and not dtype.is_floating_point or name == "amax" and dtype is jt.bool \
                 or name == "prod" and dtype is jt.float16:
             continue
@@ -391,7 +392,9 @@ def test_long_rows_reduce_in_four_streams_with_torchs_results(dtype, rng):
         assert str(got.dtype).split(".")[-1] == str(want.dtype).split(".")[-1]
         got, want = got.double().numpy(), want.double().numpy()
         if dtype.is_floating_point:
-            np.testing.assert_allclose(got, want, rtol=2e-3 if dtype is jt.float16 else 1e-5, equal_nan=True)
+            # (a float32 product of 2**18 factors in another order: 1.4e-5 apart, a few times sqrt(n) ulps)
+            rtol = {jt.float16: 2e-3, jt.float32: 1e-4}.get(dtype, 1e-9)
+            np.testing.assert_allclose(got, want, rtol=rtol, equal_nan=True)
         else:
             np.testing.assert_array_equal(got, want)
 
