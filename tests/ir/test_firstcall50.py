@@ -1,7 +1,8 @@
 """Work the compile of a warm first call skipped (issue 19), checked to leave the same graph: the sink pass's
 walks where no pointwise node reads a batch-first view of its shape (`sink._has_batch_first_view`), and
 merge_repeats' reduction sides of groups where no two nodes repeat each other (made only where they do, of the
-values the nodes read before the merges)."""
+values the nodes read before the merges), and the Rewriter's walk over every mutation per `_written` question,
+quadratic in a GPT's layers (a set kept up by `replace_node` instead)."""
 
 from __future__ import annotations
 
@@ -134,3 +135,52 @@ def test_merge_repeats_drops_what_it_dropped_with_every_groups_sides_made(fn, ma
         got, want = interpret(graph, list(args))[0], fn(*args)
     for a, b in zip(got, want):
         np.testing.assert_allclose(a.numpy(), b.detach().numpy(), rtol=1e-4, atol=1e-5, equal_nan=True)
+
+
+def writes(x, w, v):
+    """Values written back into three inputs, one of them through a chain the test replaces."""
+    w.copy_(x * 2)
+    v.add_(x.exp())
+    x.mul_(3)
+    return x.t().clone(), (w + v).sum()
+
+
+def scanned_written(rw, v):
+    """`Rewriter._written` as it was: every mutation resolved at each question (the reference)."""
+    return any(rw.resolve(value) is v for _, value in rw.graph.mutations)
+
+
+def test_written_answers_as_the_scan_of_the_mutations_across_replacements_and_resolves_each_once():
+    """`Rewriter._written` keeps the set of values standing for those written back, made at its first question:
+    its answers are the scan's for every value of the graph, after replacements (a written value replaced by
+    another, that one by a third) and after the mutations list is replaced; the mutations are resolved once per
+    set made, not at each question (a walk per question was quadratic in a GPT's layers)."""
+    graph = trace(writes, jt.randn(3, 3), jt.randn(3, 3), jt.randn(3, 3))
+    rw = Rewriter(graph)
+    values = list(graph.values())
+    resolves = []
+    resolve = rw.resolve
+    rw.resolve = lambda v: resolves.append(v) or resolve(v)
+    assert [rw._written(v) for v in values] == [scanned_written(rw, v) for v in values]
+    assert sum(rw._written(v) for v in values) == 3
+    resolves.clear()
+    answers = [rw._written(v) for v in values * 3]
+    assert not resolves  # (the set made at the first question answers the others)
+    assert answers == [scanned_written(rw, v) for v in values * 3]
+    rw.resolve = resolve
+    written = [v for _, v in graph.mutations]
+    stand_in = [n.outputs[0] for n in graph.nodes if n.outputs and n.outputs[0].type == written[0].type
+                and n.outputs[0] not in written]
+    first, second = stand_in[:2]
+    assert rw.replace_node(written[0].node, [first])
+    assert rw.replace_node(first.node, [second])
+    assert [rw._written(v) for v in values] == [scanned_written(rw, v) for v in values]
+    assert rw._written(second) and not rw._written(first) and not rw._written(written[0])
+    graph.mutations = graph.mutations[1:]
+    rw.resolve = lambda v: resolves.append(v) or resolve(v)
+    resolves.clear()
+    answers = [rw._written(v) for v in values]
+    assert len(resolves) == len(graph.mutations)  # (made again once, for the new list)
+    rw.resolve = resolve
+    assert answers == [scanned_written(rw, v) for v in values]
+    assert not rw._written(second)
