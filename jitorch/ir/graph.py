@@ -33,13 +33,16 @@ _NAME_OK = re.compile(r"[A-Za-z0-9_.]+")
 class Node:
     """One op application: ``outputs = op(*args)`` with args in schema order."""
 
-    __slots__ = ("op", "args", "outputs", "_read")
+    __slots__ = ("op", "args", "outputs", "_read", "kind_memo")
 
     def __init__(self, op, args, outputs=()):
         self.op = op
         self.args = tuple(args)
         self.outputs = list(outputs)
         self._read = None  # (the args tuple they were read from, the values it reads): see `input_values`
+        # (the args tuple, the op, the outputs, the dtypes, the answer) of the code generator's `kind_of`, kept as `input_tuple`
+        # keeps its answer: given again while `args` is that very tuple, and the op and outputs those
+        self.kind_memo = None
 
     def input_values(self):
         """The values this node reads, in argument order (a new list)."""
@@ -70,6 +73,15 @@ class Node:
         values = tuple(out)
         self._read = (args, values) if frozen else None
         return values
+
+    def args_frozen(self):
+        """Whether ``args`` is a tuple holding no list at any depth, which nothing can edit in place: an answer
+        read from it may be kept with that tuple, valid while ``args`` is that very tuple (a pass that rewrites
+        a node's arguments assigns a new one)."""
+        read = self._read
+        if read is not None and read[0] is self.args:
+            return True
+        return type(self.args) is tuple and _frozen(self.args)
 
     def __repr__(self):
         return f"<node {', '.join(map(repr, self.outputs))} = {self.op.name}>"

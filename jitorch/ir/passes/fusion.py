@@ -166,18 +166,34 @@ def merge_repeats(graph, groups):
     outputs name the values that stand in. Returns the number of nodes dropped (none unless `MERGE_REPEATS`)."""
     if not MERGE_REPEATS:
         return 0
-    owner = {n: (i, _side(n, sides)) for i, g in enumerate(groups) for sides in [_reduction_sides_of(g)]
-             for n in g.nodes}
+    index = {n: i for i, g in enumerate(groups) for n in g.nodes}
+    # (group, op, arguments, types) -> the first nodes so (one per side of its group's reduction, in graph order):
+    # a node repeats the one of its side. The sides are made only for the groups where a node repeats another so
+    # (making them for every group was a third of this pass's time on a GPT step: 200 groups, 70 repeats), of
+    # the values each node read before the merges began (the walk below rewrites the arguments it passes).
+    reads = {n: n.input_tuple() for n in index}
+    sides = {}  # group index -> its `_reduction_sides_of`
     rw = Rewriter(graph)
     first = {}
     for node in graph.nodes:
         rw.update_args(node)
         if kind_of(node) != "pointwise" or has_effects(node):
             continue
-        key = (owner[node], node.op, literal_key(node.args), tuple(o.type for o in node.outputs))
-        earlier = first.setdefault(key, node)
-        if earlier is not node:
-            rw.replace_node(node, earlier.outputs)
+        i = index[node]
+        key = (i, node.op, literal_key(node.args), tuple(o.type for o in node.outputs))
+        earlier = first.get(key)
+        if earlier is None:
+            first[key] = [node]
+            continue
+        group_sides = sides.get(i)
+        if group_sides is None:
+            group_sides = sides[i] = _reduction_sides_of(groups[i], reads.__getitem__)
+        side = _side(node, group_sides)
+        same = next((e for e in earlier if _side(e, group_sides) == side), None)
+        if same is None:
+            earlier.append(node)
+        else:
+            rw.replace_node(node, same.outputs)
     if not rw.dropped:
         return 0
     rw.finish()
@@ -191,10 +207,11 @@ def merge_repeats(graph, groups):
     return len(rw.dropped)
 
 
-def _reduction_sides_of(group):
-    """`reduction_sides` of a reduction group, () for a pointwise one."""
+def _reduction_sides_of(group, reads=None):
+    """`reduction_sides` of a reduction group (``reads``: node -> the values it reads, as `reduction_sides`
+    takes it), () for a pointwise one."""
     reds = [n for n in group.nodes if n.op.view is None and kind_of(n) == "reduction"]
-    return reduction_sides(reds, group.nodes) if reds else ()
+    return reduction_sides(reds, group.nodes, reads) if reds else ()
 
 
 def _side(node, sides):
