@@ -460,6 +460,20 @@ def whole_gemm(a, b, out):
     return a, b, out
 
 
+def one_gemm_words(a, b, out):
+    """The words (`runtime.blas_calls.call_words`) of the one gemm call that ``array_product(a, b, out)`` makes,
+    where it makes one: a product `whole_gemm` takes, which does not split (one product part,
+    `threads.product_parts`, or fewer than `SPLIT_MIN_WORK` multiply-adds); else None. Whether it splits depends on
+    the thread count: a caller that keeps the words keys them by `threads.product_parts` too."""
+    plain = whole_gemm(a, b, out)
+    if plain is None:
+        return None
+    (m, k), n = plain[0].shape, plain[1].shape[1]
+    if threads.product_parts() != 1 and m * k * n >= SPLIT_MIN_WORK:
+        return None
+    return blas_calls.call_words(*plain)
+
+
 _SPLIT_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 
 

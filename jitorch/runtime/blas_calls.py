@@ -34,9 +34,9 @@ from .array_address import data_address
 ROW_MAJOR, NO_TRANS, TRANS = 101, 111, 112
 _INT_MAX = (1 << 31) - 1  # (NumPy's BLAS_MAXSIZE for a 64-bit-integer BLAS is larger; the dims stay below both)
 # What ran natively (tests and benchmarks read it): products whose parts ran as gemm calls on the team
-# (`run_gemm_calls`), the calls of products in fixed parts (`run_gemm_parts`) and products run as one call on the
-# calling thread (`run_gemm`)
-counters = {"gemm forks": 0, "gemm calls": 0, "part calls": 0, "direct calls": 0}
+# (`run_gemm_calls`), the calls of products in fixed parts (`run_gemm_parts`), products run as one call on the
+# calling thread (`run_gemm`) and calls made from words made earlier (`run_words`)
+counters = {"gemm forks": 0, "gemm calls": 0, "part calls": 0, "direct calls": 0, "words calls": 0}
 
 
 def _blasable(outer, inner, cols, item):
@@ -186,3 +186,17 @@ def run_gemm(a, b, out, mkl):
     entry(data_address(args), 0, 0)
     counters["direct calls"] += 1
     return True
+
+
+def call_words(a, b, out):
+    """`gemm_call`'s words for ``out = a @ b`` as an int64 array that `run_words` takes (made once, run many times:
+    the words hold the arrays' addresses, so they serve while arrays of the same addresses, shapes, strides and
+    dtypes are the operands), or None where `gemm_call` gives none or there is no native code."""
+    words = None if _entry_function() is None else gemm_call(a, b, out)
+    return None if words is None else np.array(words, np.int64)
+
+
+def run_words(words):
+    """Make the gemm call of `call_words`'s ``words`` on this thread, without the GIL."""
+    _entry_function()(data_address(words), 0, 0)
+    counters["words calls"] += 1
