@@ -188,15 +188,20 @@ def run_gemm(a, b, out, mkl):
     return True
 
 
-def call_words(a, b, out):
-    """`gemm_call`'s words for ``out = a @ b`` as an int64 array that `run_words` takes (made once, run many times:
-    the words hold the arrays' addresses, so they serve while arrays of the same addresses, shapes, strides and
-    dtypes are the operands), or None where `gemm_call` gives none or there is no native code."""
-    words = None if _entry_function() is None else gemm_call(a, b, out)
-    return None if words is None else np.array(words, np.int64)
+def call_words(a, b, out, mkl=None):
+    """`gemm_call`'s words for ``out = a @ b`` (``mkl`` as there) as a ctypes array that `run_words` takes (made
+    once, run many times: the words hold the arrays' addresses, so they serve while arrays of the same addresses,
+    shapes, strides and dtypes are the operands), or None where `gemm_call` gives none or there is no native code."""
+    words = None if _entry_function() is None else gemm_call(a, b, out, mkl)
+    return None if words is None else (ctypes.c_int64 * len(words))(*words)
 
 
-def run_words(words):
-    """Make the gemm call of `call_words`'s ``words`` on this thread, without the GIL."""
-    _entry_function()(data_address(words), 0, 0)
-    counters["words calls"] += 1
+def run_words(calls):
+    """Make the gemm calls of ``calls`` (`call_words`' arrays): one on this thread, several at once on the team
+    (`threads.run_native_parts`, as `run_gemm_calls` runs a split product's), each without the GIL."""
+    if len(calls) == 1:
+        _entry_function()(calls[0], 0, 0)
+    else:
+        threads.run_native_parts(threads.gemm_entry(), calls)
+        counters["gemm forks"] += 1
+    counters["words calls"] += len(calls)

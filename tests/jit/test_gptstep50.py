@@ -80,17 +80,25 @@ def test_kept_words_compute_the_values_their_buffers_hold_next(one_thread):
     assert out.tobytes() == expected.tobytes()
 
 
-def test_a_product_that_splits_at_two_threads_runs_split_with_the_same_bits(two_threads):
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_a_product_that_splits_at_two_threads_keeps_its_parts_calls_with_the_same_bits(two_threads, dtype):
     rng = np.random.default_rng(2)
-    m, k, n = 256, 128, 160
-    assert m * k * n >= SPLIT_MIN_WORK and threads.product_parts() == 2
-    a, b = rng.standard_normal((m, k)).astype(np.float32), rng.standard_normal((n, k)).astype(np.float32).T
-    out = np.empty((m, n), np.float32)
-    assert _words_calls(lambda: gemm_words.product(a, b, out)) == 0
-    split = out.copy()
-    jt.set_num_threads(1)
-    assert _words_calls(lambda: gemm_words.product(a, b, out)) == 1  # (the same buffers, one part: kept words)
-    assert out.tobytes() == split.tobytes()
+    for m, n in ((256, 160), (160, 256)):  # (by rows, by columns)
+        k = 128
+        assert m * k * n >= SPLIT_MIN_WORK and threads.product_parts() == 2
+        a, b = rng.standard_normal((m, k)).astype(dtype), rng.standard_normal((n, k)).astype(dtype).T
+        out, split = np.empty((m, n), dtype), np.empty((m, n), dtype)
+        forks = threads.counters["forks"]
+        array_product(a, b, split)
+        assert threads.counters["forks"] == forks + 1
+        assert _words_calls(lambda: gemm_words.product(a, b, out)) == 2  # (its two parts at once on the team)
+        assert threads.counters["forks"] == forks + 2
+        assert out.tobytes() == split.tobytes()
+        jt.set_num_threads(1)
+        out[...] = 0
+        assert _words_calls(lambda: gemm_words.product(a, b, out)) == 1  # (the same buffers, one part: one call)
+        assert out.tobytes() == split.tobytes()
+        jt.set_num_threads(2)
 
 
 def test_a_result_over_an_operand_is_no_kept_call(one_thread):
