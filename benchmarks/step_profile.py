@@ -27,7 +27,7 @@ loss's backward), clipping, the optimizer step and zero_grad; "outside" is the s
 
 ``--torch`` (with ``--phases``) times torch.compile(model)'s step alike beside it (`torch_phase_times`: its compiled
 modules' calls, backward, clipping, optimizer, zero_grad, and the matrix products its graphs call), and at one thread
-the NumPy matrix products of jitorch's graphs (`product_times`), each system built and timed after the other.
+the matrix products of jitorch's graphs (`product_times`), each system built and timed after the other.
 
 ``--cpu-clock`` times the spans in the calling thread's CPU time (``time.thread_time_ns``), for a shared
 machine: at more than one thread, other threads' chunks are then not counted.
@@ -190,7 +190,7 @@ def torch_phase_times(name, quick=False, steps=10, threads=1, system="torch.comp
     the calling thread's CPU time: the compiled modules' calls, ``Tensor.backward``, ``clip_grad_norm_``, the
     step's optimizers' ``step`` and ``Optimizer.zero_grad``; "products" (a part of the first two) sums the matrix
     products the compiled graphs call (inductor's ``extern_kernels``: mm, addmm, bmm, baddbmm), the work that
-    jitorch's graphs give NumPy's BLAS, as `product_times` sums jitorch's (None where the graphs call none of
+    jitorch's graphs give BLAS, as `product_times` sums jitorch's (None where the graphs call none of
     them). At one thread torch runs them all in the calling thread."""
     torch = models.real_torch()
     torch.set_num_threads(threads)
@@ -214,13 +214,16 @@ def torch_phase_times(name, quick=False, steps=10, threads=1, system="torch.comp
 
 
 def product_times(name, quick=False, steps=10):
-    """(thread CPU ms per step, ms per step in the NumPy matrix products of its compiled graphs) of ``name``'s
-    jitorch.compile(model) step at one thread (where `ops.linalg._product` makes every product's BLAS call in the
-    calling thread)."""
+    """(thread CPU ms per step, ms per step in the matrix products of its compiled graphs) of ``name``'s
+    jitorch.compile(model) step at one thread, where every product's BLAS call is made in the calling thread: by
+    `ops.linalg._product` (NumPy's matmul), or by `runtime.blas_calls.run_words` where the graph keeps the gemm call
+    of a product's buffers (jit/gemm_words.py)."""
     from jitorch.ops import linalg
+    from jitorch.runtime import blas_calls
     jitorch.set_num_threads(1)
     call = models.system_call("jitorch.compile(model)", name, quick)
-    total, by = _timed_phases(call, [("  products", linalg, "_product")], steps, ["  products"])
+    targets = [("  products", linalg, "_product"), ("  products", blas_calls, "run_words")]
+    total, by = _timed_phases(call, targets, steps, ["  products"])
     return total, by["  products"]
 
 
@@ -294,7 +297,7 @@ def write_perf_map(path=None):
 
 def print_phases(name, args):
     """``--phases``' lines for model ``name``: jitorch.compile(model)'s parts; with ``--torch``, torch.compile(model)'s
-    beside them and, at one thread, the NumPy products of jitorch's graphs (built and timed one after the other)."""
+    beside them and, at one thread, the matrix products of jitorch's graphs (built and timed one after the other)."""
     plural = "s" if args.threads > 1 else ""
     total, by = phase_times(name, args.quick, args.steps, args.threads)
     if not args.torch:

@@ -32,6 +32,7 @@ import numpy as np
 from llvmlite import ir
 
 from ..ops import attention
+from ..runtime.array_address import data_address
 from . import cpu, mathlib
 from .cache import default_cache
 from .errors import CompileError
@@ -62,7 +63,9 @@ class AttentionKernel:
         order): on the calling thread, or in chunks of tiles on the thread team when there are threads and
         work enough for each (as a generated kernel splits its outer loop). Each tile runs on one thread,
         so the results do not depend on the number of threads."""
-        args = (ctypes.c_void_p * len(arrays))(*[a.__array_interface__["data"][0] for a in arrays])
+        # (`data_address`: a compiled GPT step calls this 2 times per layer, where ``__array_interface__`` built a
+        # dict per array)
+        args = (ctypes.c_void_p * len(arrays))(*map(data_address, arrays))
         cpu.run_split(self._fn, self._compiled.address, args, tiles, tiles * self._work)
 
 
@@ -76,8 +79,12 @@ def attention_kernel(direction, dtype, L, S, D, causal, scale, batch=(), layouts
     if layouts is None:
         shapes, sizes = _shapes(direction, masked), {"L": L, "S": S, "D": D}
         layouts = tuple(_contiguous(batch, sizes[rows], sizes[cols]) for rows, cols in shapes)
-    return _kernels(direction, np.dtype(dtype).name, L, S, D, bool(causal), float(scale), tuple(batch),
-                    tuple(layouts), bool(masked))
+    name = _DTYPE_NAMES.get(dtype) or np.dtype(dtype).name  # (``dtype.name`` runs Python code in NumPy 2)
+    return _kernels(direction, name, L, S, D, bool(causal), float(scale), tuple(batch), tuple(layouts),
+                    bool(masked))
+
+
+_DTYPE_NAMES = {np.dtype(t): np.dtype(t).name for t in (np.float32, np.float64)}
 
 
 def _shapes(direction, masked):

@@ -49,7 +49,7 @@ from ..ir.graph import Value, iter_values, warning_as_traced
 from ..ir.passes.fusion import Group, product_work, reduction_sides
 from ..ir.printer import op_counts
 from ..runtime import logs, profiling, threads
-from . import interop
+from . import gemm_words, interop
 from .kernel_runs import KernelRun, kernel_runs
 from .cat_pieces import cat_pieces_into, cat_slices, fold_writers_into_cats, strided_read, write_pieces
 from .collector import collector_paused
@@ -59,7 +59,7 @@ from .results import eager_layouts, refresh_captured_state, returned_view, set_g
 from ..ops import indexing, registry, value_checks, views
 from ..ops.attention import attention_into
 from ..ops.registry import laid_out
-from ..ops.linalg import SPLIT_MIN_WORK, array_product
+from ..ops.linalg import SPLIT_MIN_WORK
 from ..ops.views import compact
 from ..runtime import allocator
 from ..runtime import dtypes as _dt
@@ -264,7 +264,7 @@ def _blas_product(node):
 
 
 def _matmul_into(arrays, out):
-    array_product(*arrays, out)  # (eager's product: split on the threads' pool where large)
+    gemm_words.product(*arrays, out)  # (eager's product, split on the threads' pool where large)
 
 
 def _host_tensors(node):

@@ -24,6 +24,7 @@ import time
 from ..ir.passes.fusion import PRODUCT_MIN_WORK
 from ..ops.linalg import array_product, whole_gemm
 from ..runtime import blas_calls, threads
+from . import gemm_words
 
 # Products of fewer multiply-adds are not paired: handing one to a worker costs 10 to 60 µs when the worker has
 # fallen asleep (`threads.SPIN_US`), as much as such a product takes. (Fusion keeps the larger ones apart.)
@@ -111,7 +112,7 @@ def run_products(products):
             threads.run_calls([(_whole, product) for product in products])
     else:
         for a, b, out in products:
-            array_product(a, b, out)
+            gemm_words.product(a, b, out)
 
 
 def _whole(a, b, out):

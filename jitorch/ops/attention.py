@@ -19,6 +19,8 @@ carries no gradient (torch's fused CPU attention returns its logsumexp so, not d
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from ..runtime import dtypes as _dt
@@ -130,10 +132,11 @@ def _run(direction, arrays, is_causal, scale, masked=False):
     q, k = arrays[0], arrays[1]
     L, S, D = q.shape[-2], k.shape[-2], q.shape[-1]
     layouts = tuple(tuple(s // a.itemsize for s in a.strides[:-1]) for a in arrays)
-    kernel = ATTENTION_KERNEL(direction, q.dtype, L, S, D, is_causal, scale, q.shape[:-2], layouts, masked)
+    batch = q.shape[:-2]
+    kernel = ATTENTION_KERNEL(direction, q.dtype, L, S, D, is_causal, scale, batch, layouts, masked)
     if kernel is None:
         return False
-    kernel.run_tiles(arrays, int(np.prod(q.shape[:-2], dtype=np.int64)))
+    kernel.run_tiles(arrays, math.prod(batch))
     return True
 
 

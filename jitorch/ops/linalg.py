@@ -396,21 +396,28 @@ def array_product(a, b, out=None, whole=False):
     inline, parts = parts == 1, max(parts, 2)
     if out is None:
         out = np.empty(batch + (m, n), a.dtype)
-    if batch and batch[0] >= parts and not syrk:
-        def piece(x, lo, hi):  # an operand's share of the first batch dim (a broadcast operand: all of it)
-            return x[lo:hi] if x.ndim == out.ndim and x.shape[0] > 1 else x
-        bounds = threads.bounds(batch[0], parts)
-        pieces = [(piece(a, lo, hi), piece(b, lo, hi), out[lo:hi]) for lo, hi in bounds]
-    elif m >= n:
-        pieces = [(a[..., lo:hi, :], b, out[..., lo:hi, :]) for lo, hi in threads.bounds(m, parts)]
-    else:
-        pieces = [(a, b[..., lo:hi], out[..., lo:hi]) for lo, hi in threads.bounds(n, parts)]
+    pieces = _pieces(a, b, out, batch, parts, syrk)
     if inline:
         for piece in pieces:
             _matmul(*piece, mkl)
     elif not blas_calls.run_gemm_calls(pieces, mkl):
         threads.run_parts(_matmul, [(*piece, mkl) for piece in pieces])
     return out
+
+
+def _pieces(a, b, out, batch, parts, syrk):
+    """`array_product`'s ``parts`` pieces ``(a, b, out)`` of ``out = a @ b`` (``batch``: the result's batch dims):
+    by the first batch dim where it has ``parts`` or more and the product is no syrk (``syrk``), else by rows where
+    there are as many as columns, else by columns."""
+    m, n = out.shape[-2:]
+    if batch and batch[0] >= parts and not syrk:
+        def piece(x, lo, hi):  # an operand's share of the first batch dim (a broadcast operand: all of it)
+            return x[lo:hi] if x.ndim == out.ndim and x.shape[0] > 1 else x
+        bounds = threads.bounds(batch[0], parts)
+        return [(piece(a, lo, hi), piece(b, lo, hi), out[lo:hi]) for lo, hi in bounds]
+    if m >= n:
+        return [(a[..., lo:hi, :], b, out[..., lo:hi, :]) for lo, hi in threads.bounds(m, parts)]
+    return [(a, b[..., lo:hi], out[..., lo:hi]) for lo, hi in threads.bounds(n, parts)]
 
 
 # A product that MKL runs (`runtime.blas_calls.runs_mkl`) of `SPLIT_MIN_WORK` multiply-adds or more is computed
@@ -458,6 +465,25 @@ def whole_gemm(a, b, out):
     if m * k * n >= SPLIT_MIN_WORK and blas_calls.runs_mkl(a, b):
         return None  # (in its parts, as alone: MKL's whole may round otherwise)
     return a, b, out
+
+
+def gemm_calls(a, b, out):
+    """The words (`runtime.blas_calls.call_words`) of the gemm calls that ``array_product(a, b, out)`` makes, where
+    it makes only such calls, for a product `whole_gemm` takes: one call where it runs whole (one product part,
+    `threads.product_parts`, or fewer than `SPLIT_MIN_WORK` multiply-adds), else its parts' calls (`_pieces` of the
+    matrices, each as `runtime.blas_calls.run_gemm_calls` makes it); None where it computes otherwise. How a product
+    splits depends on the thread count: a caller that keeps the words keys them by `threads.product_parts` too."""
+    plain = whole_gemm(a, b, out)
+    if plain is None:
+        return None
+    a, b, out = plain
+    (m, k), n = a.shape, b.shape[1]
+    parts = threads.product_parts()
+    if parts == 1 or m * k * n < SPLIT_MIN_WORK:
+        calls = [blas_calls.call_words(a, b, out)]
+    else:  # (`whole_gemm` leaves no MKL product of this size: the parts are NumPy's BLAS's calls)
+        calls = [blas_calls.call_words(*piece, mkl=False) for piece in _pieces(a, b, out, (), max(parts, 2), False)]
+    return None if None in calls else calls
 
 
 _SPLIT_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))

@@ -34,9 +34,9 @@ from .array_address import data_address
 ROW_MAJOR, NO_TRANS, TRANS = 101, 111, 112
 _INT_MAX = (1 << 31) - 1  # (NumPy's BLAS_MAXSIZE for a 64-bit-integer BLAS is larger; the dims stay below both)
 # What ran natively (tests and benchmarks read it): products whose parts ran as gemm calls on the team
-# (`run_gemm_calls`), the calls of products in fixed parts (`run_gemm_parts`) and products run as one call on the
-# calling thread (`run_gemm`)
-counters = {"gemm forks": 0, "gemm calls": 0, "part calls": 0, "direct calls": 0}
+# (`run_gemm_calls`), the calls of products in fixed parts (`run_gemm_parts`), products run as one call on the
+# calling thread (`run_gemm`) and calls made from words made earlier (`run_words`)
+counters = {"gemm forks": 0, "gemm calls": 0, "part calls": 0, "direct calls": 0, "words calls": 0}
 
 
 def _blasable(outer, inner, cols, item):
@@ -186,3 +186,22 @@ def run_gemm(a, b, out, mkl):
     entry(data_address(args), 0, 0)
     counters["direct calls"] += 1
     return True
+
+
+def call_words(a, b, out, mkl=None):
+    """`gemm_call`'s words for ``out = a @ b`` (``mkl`` as there) as a ctypes array that `run_words` takes (made
+    once, run many times: the words hold the arrays' addresses, so they serve while arrays of the same addresses,
+    shapes, strides and dtypes are the operands), or None where `gemm_call` gives none or there is no native code."""
+    words = None if _entry_function() is None else gemm_call(a, b, out, mkl)
+    return None if words is None else (ctypes.c_int64 * len(words))(*words)
+
+
+def run_words(calls):
+    """Make the gemm calls of ``calls`` (`call_words`' arrays): one on this thread, several at once on the team
+    (`threads.run_native_parts`, as `run_gemm_calls` runs a split product's), each without the GIL."""
+    if len(calls) == 1:
+        _entry_function()(calls[0], 0, 0)
+    else:
+        threads.run_native_parts(threads.gemm_entry(), calls)
+        counters["gemm forks"] += 1
+    counters["words calls"] += len(calls)

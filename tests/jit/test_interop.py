@@ -143,12 +143,12 @@ def test_interop_off_runs_the_pair_one_after_the_other(two_threads, monkeypatch)
     expected = compiled(*args).numpy()
     monkeypatch.setattr(threads, "INTEROP", False)
     ran = []
-    split = interop.array_product
+    alone = interop.gemm_words.product  # (each product as it runs alone: kept gemm words, or split)
 
     def product(a, b, out):
         ran.append(threading.current_thread().name)
-        split(a, b, out)
-    monkeypatch.setattr(interop, "array_product", product)
+        alone(a, b, out)
+    monkeypatch.setattr(interop.gemm_words, "product", product)
     assert np.array_equal(compiled(*args).numpy(), expected)
     assert ran == [threading.current_thread().name] * 2
 
