@@ -303,7 +303,7 @@ def _mkl_gemm(a, b, out):
 # window (cnn's 16 x 36864 by 36864 x 72, the windows read transposed: unit stride along the sum in both
 # operands), where OpenBLAS ran at 15-56 GFLOP/s: the code generator's long-sum kernel (`codegen.gemm._Dots`)
 # ran 1.2-5x faster on 16x36864x72, 8x43264x9, 64x16384x48 and 48x16384x64 (same measurement).
-SKINNY_KERNEL = LONG_SUM_KERNEL = None
+SKINNY_KERNEL = LONG_SUM_KERNEL = WINDOW_KERNEL = None
 SKINNY_MAX_ROWS, SKINNY_MAX_SUM, SKINNY_MAX_AREA, SKINNY_MIN_COLS, SKINNY_MIN_WORK = 128, 256, 8192, 8192, 1 << 20
 LONG_SUM_MAX_ROWS, LONG_SUM_MAX_COLS, LONG_SUM_MAX_AREA, LONG_SUM_MIN_SUM = 64, 128, 4096, 8192
 # 2-D products of fewer multiply-adds run as one NumPy call on eager's fast path, without `array_product`
@@ -320,6 +320,33 @@ def skinny_shape(dtype, m, k, n):
     if m <= LONG_SUM_MAX_ROWS and n <= LONG_SUM_MAX_COLS and m * n <= LONG_SUM_MAX_AREA and k >= LONG_SUM_MIN_SUM:
         return "long sum"
     return None
+
+
+def window_product(a, x, size, steps):
+    """``a @ windows`` as a ``(1, m, n)`` array, where ``windows`` is the im2col operand of a convolution over the
+    contiguous array ``x``: its view of ``size`` ``(1, C, *kernel, *out, N)`` at element ``steps`` (one group),
+    merged into ``(C * K, L * N)``. The generated kernel reads the windows where they lie (no copy) where the
+    rule gives the product the columns kernel (`skinny_shape`) and the windows' innermost dims run in tiles
+    (`codegen.gemm.window_kernel`); the bits are those of that kernel on the copied windows. Else None."""
+    if WINDOW_KERNEL is None or a.ndim != 2 or a.dtype != x.dtype or a.dtype not in _SPLIT_DTYPES \
+            or size[0] != 1 or not x.flags.c_contiguous or not (a.flags.aligned and x.flags.aligned):
+        return None
+    nd = (len(size) - 3) // 2
+    rows = tuple(zip(size[1:2 + nd], steps[1:2 + nd]))
+    cols = list(zip(size[2 + nd:], steps[2 + nd:]))
+    (m, k), n = a.shape, prod(size[2 + nd:])
+    item = a.itemsize
+    if k != prod(size[1:2 + nd]) or skinny_shape(a.dtype, m, k, n) != "columns" \
+            or any(s % item or s <= 0 for s in a.strides):
+        return None
+    while len(cols) > 1 and cols[-2][1] == cols[-1][0] and cols[-1][1] == 1:  # (rows of windows that touch)
+        cols[-2:] = [(cols[-2][0] * cols[-1][0], 1)]
+    kernel = WINDOW_KERNEL(a.dtype, m, k, n, tuple(s // item for s in a.strides), rows, tuple(cols), n)
+    if kernel is None:
+        return None
+    out = np.empty((1, m, n), a.dtype)
+    kernel.run(a, x, out, threads.get_num_threads())
+    return out
 
 
 def _skinny(a, b, out, whole):
