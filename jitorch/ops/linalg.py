@@ -322,31 +322,48 @@ def skinny_shape(dtype, m, k, n):
     return None
 
 
-def window_product(a, x, size, steps):
-    """``a @ windows`` as a ``(1, m, n)`` array, where ``windows`` is the im2col operand of a convolution over the
-    contiguous array ``x``: its view of ``size`` ``(1, C, *kernel, *out, N)`` at element ``steps`` (one group),
-    merged into ``(C * K, L * N)``. The generated kernel reads the windows where they lie (no copy) where the
-    rule gives the product the columns kernel (`skinny_shape`) and the windows' innermost dims run in tiles
-    (`codegen.gemm.window_kernel`); the bits are those of that kernel on the copied windows. Else None."""
-    if WINDOW_KERNEL is None or a.ndim != 2 or a.dtype != x.dtype or a.dtype not in _SPLIT_DTYPES \
-            or size[0] != 1 or not x.flags.c_contiguous or not (a.flags.aligned and x.flags.aligned):
+def window_layout(dtype, m, size, steps):
+    """`codegen.gemm.window_kernel`'s ``(k, n, rows, cols)`` for an ``(m, k)`` matrix of ``dtype`` (a NumPy dtype)
+    times the im2col operand of a convolution: the windows of ``size`` ``(1, C, *kernel, *out, N)`` at element
+    ``steps`` (one group), merged into ``(C * K, L * N)``, where the rule gives that product the columns kernel
+    (`skinny_shape`) and the windows' last dims run contiguously (merged into one run); else None."""
+    if dtype not in _SPLIT_DTYPES or len(size) < 5 or (len(size) - 3) % 2 or size[0] != 1:
         return None
     nd = (len(size) - 3) // 2
-    rows = tuple(zip(size[1:2 + nd], steps[1:2 + nd]))
-    cols = list(zip(size[2 + nd:], steps[2 + nd:]))
-    (m, k), n = a.shape, prod(size[2 + nd:])
-    item = a.itemsize
-    if k != prod(size[1:2 + nd]) or skinny_shape(a.dtype, m, k, n) != "columns" \
-            or any(s % item or s <= 0 for s in a.strides):
+    k, n = prod(size[1:2 + nd]), prod(size[2 + nd:])
+    if skinny_shape(dtype, m, k, n) != "columns" or steps[-1] != 1:
         return None
-    while len(cols) > 1 and cols[-2][1] == cols[-1][0] and cols[-1][1] == 1:  # (rows of windows that touch)
+    cols = list(zip(size[2 + nd:], steps[2 + nd:]))
+    while len(cols) > 1 and cols[-2][1] == cols[-1][0]:  # (rows of windows that touch: one run)
         cols[-2:] = [(cols[-2][0] * cols[-1][0], 1)]
-    kernel = WINDOW_KERNEL(a.dtype, m, k, n, tuple(s // item for s in a.strides), rows, tuple(cols), n)
+    return k, n, tuple(zip(size[1:2 + nd], steps[1:2 + nd])), tuple(cols)
+
+
+def window_product(a, x, size, steps, out=None):
+    """``a @ windows`` into ``out`` (an ``(m, n)`` array, else a new ``(1, m, n)`` one), where ``windows`` is the
+    im2col operand of a convolution over ``x``, a contiguous array whose first element is the windows' first
+    (`window_layout`'s geometry). The generated kernel reads the windows where they lie (no copy) where
+    `window_layout` and the kernel take the layout; its bits are those of the columns kernel on the copied
+    windows. Else None (nothing written)."""
+    if WINDOW_KERNEL is None or a.ndim != 2 or a.dtype != x.dtype or not x.flags.c_contiguous \
+            or not (a.flags.aligned and x.flags.aligned) or any(s % a.itemsize or s <= 0 for s in a.strides):
+        return None
+    layout = window_layout(a.dtype, a.shape[0], size, steps)
+    if layout is None or layout[0] != a.shape[1]:
+        return None
+    k, n, rows, cols = layout
+    m, item = a.shape[0], a.itemsize
+    if out is not None and (out.shape != (m, n) or out.dtype != a.dtype or out.strides[1] != item
+                            or out.strides[0] % item or out.strides[0] < n * item or not out.flags.aligned
+                            or np.may_share_memory(out, x) or np.may_share_memory(out, a)):
+        return None
+    kernel = WINDOW_KERNEL(a.dtype, m, k, n, tuple(s // item for s in a.strides), rows, cols,
+                           n if out is None else out.strides[0] // item)
     if kernel is None:
         return None
-    out = np.empty((1, m, n), a.dtype)
-    kernel.run(a, x, out, threads.get_num_threads())
-    return out
+    result = np.empty((1, m, n), a.dtype) if out is None else out
+    kernel.run(a, x, result, threads.get_num_threads())
+    return result
 
 
 def _skinny(a, b, out, whole):
