@@ -442,7 +442,7 @@ class EagerStep:
             return
         if out in self.into_fresh:
             _emit_fresh(src, out, indent)
-        if (out in self.into_arena or out in self.into_fresh) and node.args[1] in self.windows:
+        if self.windows and (out in self.into_arena or out in self.into_fresh):  # (its one node, a product)
             source, geometry = self.windows[node.args[1]]
             src.emit(f"_windows_into({_array_expression(src, node.args[0])}, _compact(env[{src.name(source, 'v')}])"
                      f"._array(), {src.name(geometry, 'g')}, {_array_expression(src, node.args[1])}, "
