@@ -15,6 +15,11 @@ Per layer, the calling thread's CPU ms per call (median) at one thread:
                               where ``ops.linalg.skinny_shape`` gives it one)
     blas                      the same product through NumPy's matmul (OpenBLAS), as before the generated kernels
     col2im                    a transposed convolution's accumulation of its windows (``_as_strided_add``)
+    pad %                     the share of the layer's product multiply-adds that an im2col product spends on
+                              padding: window taps on the zero border of a convolution's input, or a transposed
+                              one's contributions to the border that its padding crops (`padded_share`); the
+                              same share of its forward, input-gradient and weight-gradient products, which a
+                              direct convolution would not compute
 """
 
 from __future__ import annotations
@@ -45,6 +50,23 @@ LAYERS = {
               ("D conv3", False, (64, 128, 8, 8), (256, 128, 4, 4), 2, 1),
               ("D conv4", False, (64, 256, 4, 4), (1, 256, 4, 4), 1, 0)],
 }
+
+
+def padded_share(transposed, xshape, wshape, stride, padding):
+    """The share of an im2col convolution's multiply-adds whose window tap lies on the padding (a convolution) or
+    whose contribution the padding crops (a transposed one), for square stride and padding, dilation 1: per
+    spatial dim, the (window, tap) pairs outside the input (or the kept output), then one minus the product of the
+    dims' kept shares."""
+    kept = 1.0
+    for size, k in zip(xshape[2:], wshape[2:]):
+        if transposed:  # input position i's tap t lands at i * stride + t of the uncropped output
+            out = (size - 1) * stride - 2 * padding + k
+            pairs = [(i * stride + t, padding, padding + out) for i in range(size) for t in range(k)]
+        else:  # window o's tap t reads input o * stride - padding + t
+            windows = (size + 2 * padding - k) // stride + 1
+            pairs = [(o * stride - padding + t, 0, size) for o in range(windows) for t in range(k)]
+        kept *= sum(lo <= at < hi for at, lo, hi in pairs) / len(pairs)
+    return 1.0 - kept
 
 
 def cpu_ms(fn, repeat):
@@ -130,7 +152,7 @@ def main(argv=None):
     torch.set_num_threads(1)
     jt.set_num_threads(1)
     repeat = 3 if args.quick else args.repeat
-    print(f"{'layer':10s}" + "".join(f"{c:>11s}" for c in COLUMNS) + f"{'jt/torch f+b':>14s}")
+    print(f"{'layer':10s}" + "".join(f"{c:>11s}" for c in COLUMNS) + f"{'jt/torch f+b':>14s}{'pad %':>7s}")
     for key in args.layers.split(","):
         for name, *shape in LAYERS[key][:1 if args.quick else None]:
             calls = layer_calls(torch, *shape)
@@ -140,7 +162,8 @@ def main(argv=None):
                     times[c].append(cpu_ms(fn, max(1, repeat // 3)))
             ms = {c: statistics.median(t) for c, t in times.items()}
             cells = "".join(f"{ms[c]:11.3f}" if c in ms else f"{'-':>11s}" for c in COLUMNS)
-            print(f"{name:10s}{cells}{ms['jt f+b'] / ms['torch f+b']:14.2f}", flush=True)
+            print(f"{name:10s}{cells}{ms['jt f+b'] / ms['torch f+b']:14.2f}{100 * padded_share(*shape):7.1f}",
+                  flush=True)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """Where a compiled training step's time goes, by category, for the models of benchmarks/models.py.
 
     python benchmarks/step_profile.py [--models cnn,lstm,gpt-4x128,dcgan] [--threads 1] [--steps 10] [--cpu-clock]
-                                      [--system "jitorch.compile(model)"] [--runs [--reps 7]]
+                                      [--system "jitorch.compile(model)"] [--runs [--reps 7]] [--torch-ops [--top 12]]
 
 Each model's whole step (forward, backward, optimizer: one jitorch.compile'd function) is warmed up, timed
 unprofiled (process CPU ms per step), then run under `jitorch.profiler.profile`, whose spans of the compiled
@@ -35,6 +35,10 @@ machine: at more than one thread, other threads' chunks are then not counted.
 ``--runs`` also times the unprofiled step with runs of kernels (`jit.kernel_runs`) against the same step without
 them, built in the same process and interleaved (``--reps`` turns of ``--steps`` steps each, the calling thread's CPU
 time at one thread, the process's at more): the median of the per-turn ratios, and how many kernels the runs hold.
+
+``--torch-ops`` prints torch eager's step by op instead, to set beside jitorch's categories: torch.profiler's self
+CPU ms per step of the ops that take the most (one thread; its spans are wall time, so a busy machine's waits and
+the profiler's own cost are in the figures: compare shares within a run).
 
 ``--by-op`` also prints each category's spans by op kind (a kernel's ops, each once; an eager step's op), the
 most costly first. Each span costs the profiler some microseconds, which small kernels' figures carry; for
@@ -315,6 +319,30 @@ def print_phases(name, args):
         print(f"  {label:20s} {'-' if mine is None else f'{mine:.2f}':>8s} {'-' if theirs is None else f'{theirs:.2f}':>8s}")
 
 
+def torch_ops(name, quick=False, steps=3, top=12):
+    """(ms per step of torch eager's step in torch.profiler's CPU total, [(op, self CPU ms per step, calls per
+    step)] of the ``top`` ops of most self time) for ``name`` at one thread, after 3 untimed steps."""
+    torch = models.real_torch()
+    torch.set_num_threads(1)
+    call = models.system_call("torch eager", name, quick)
+    for _ in range(3):
+        call()
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        for _ in range(steps):
+            call()
+    ops = [(e.key, e.self_cpu_time_total / 1e3 / steps, e.count / steps) for e in prof.key_averages()]
+    ops.sort(key=lambda op: -op[1])
+    return sum(op[1] for op in ops), ops[:top]
+
+
+def print_torch_ops(name, quick=False, steps=3, top=12):
+    """``--torch-ops``' lines for model ``name``."""
+    total, ops = torch_ops(name, quick, steps, top)
+    print(f"{name}, torch eager (1 thread, under torch.profiler): {total:.2f} self CPU ms per step")
+    for op, ms, calls in ops:
+        print(f"  {ms:8.2f} ms  {calls:6.0f}  {op}")
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--models", default="cnn,lstm,gpt-4x128,dcgan")
@@ -329,8 +357,13 @@ def main(argv=None):
     p.add_argument("--reps", type=int, default=7, help="--runs' turns")
     p.add_argument("--phases", action="store_true", help="the compile(model) step's parts, thread CPU, unprofiled")
     p.add_argument("--torch", action="store_true", help="with --phases: torch.compile(model)'s parts beside them")
+    p.add_argument("--torch-ops", action="store_true", help="torch eager's step by op (torch.profiler)")
+    p.add_argument("--top", type=int, default=12, help="--torch-ops' ops shown")
     args = p.parse_args(argv)
     for name in args.models.split(","):
+        if args.torch_ops:
+            print_torch_ops(name, args.quick, min(args.steps, 3), args.top)
+            continue
         if args.phases:
             print_phases(name, args)
             continue

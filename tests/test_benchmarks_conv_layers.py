@@ -49,4 +49,6 @@ def test_a_quick_run_prints_a_row_per_set(bench, capsys):
     out = capsys.readouterr().out.splitlines()
     assert out[0].split()[:3] == ["layer", "torch", "fwd"]
     (row,) = [line for line in out if line.startswith("cnn conv1")]
-    assert all(float(v) > 0 for v in row.split()[2:] if v != "-") and row.split().count("-") == 1  # (col2im)
+    *times, pad = row.split()[2:]
+    assert all(float(v) > 0 for v in times if v != "-") and times.count("-") == 1  # (col2im)
+    assert float(pad) == 0  # (no padding: every window tap reads the input)

@@ -23,8 +23,12 @@ The weight gradient ``(O, L*N) @ (L*N, C*K)`` is skinny the other way: a sum ove
 hundred elements; `long_sum_kernel` (`_Dots`) computes it with the sum along vector lanes, in an order as
 fixed (see there).
 
-Importing this module registers `skinny_product` and `long_sum_product` in ``ops.linalg.SKINNY_KERNEL`` and
-``LONG_SUM_KERNEL`` (``import jitorch`` registers loaders that import it at the first such product);
+A convolution's forward product may read its windows where they lie instead of an im2col copy
+(`window_kernel`): the same kernel, whose packing of a tile's panel reads each row of the panel at the offset
+of its window position; the panel is what the product computes on either way, so the bits are the same.
+Importing this module registers `skinny_product`, `window_product` and `long_sum_product` in
+``ops.linalg.SKINNY_KERNEL``, ``WINDOW_KERNEL`` and ``LONG_SUM_KERNEL`` (``import jitorch`` registers loaders
+that import it at the first such product);
 ``ops.linalg`` decides which products take them (`ops.linalg.skinny_shape`'s rules, measured: see there).
 """
 
@@ -49,19 +53,20 @@ from .target import CPU
 _ROWS, _VECS = 6, 4  # the register block: 6 x 4 accumulators, 4 loads and 6 broadcasts per step of the sum
 _DOT_ROWS, _DOT_COLS = 4, 4  # the long-sum kernel's register block: 4 x 4 sums, 8 vector loads per step
 _CHUNK = 128  # vectors of the sum per pass over a row block's columns (a chunk of cnn's 72-row Bt: 590 KB, in L2)
-# products the kernels computed (tests assert which products took one)
-counters = {"calls": 0}
+# products the kernels computed, and how many of them read a convolution's windows in place (tests assert which
+# products took one)
+counters = {"calls": 0, "windows": 0}
 
 
 class SkinnyKernel:
     """A compiled product of one shape and layout: `run` computes ``out = a @ b``, its outer loop's
     ``tiles`` (column tiles or row blocks) split between threads."""
 
-    def __init__(self, compiled, tiles, work):
+    def __init__(self, compiled, tiles, work, windows=False):
         self._compiled = compiled  # keeps the machine code alive
         self.name = compiled.name
         self._fn, self._address = compiled.fn, compiled.address
-        self._tiles, self._work = tiles, work
+        self._tiles, self._work, self._windows = tiles, work, windows
 
     def run(self, a, b, out, parts):
         """``out = a @ b`` (arrays of the shapes and strides the kernel was built for), its tiles in up to
@@ -73,6 +78,7 @@ class SkinnyKernel:
         else:
             threads.run_chunks(self._address, args, threads.bounds(self._tiles, parts))
         counters["calls"] += 1
+        counters["windows"] += self._windows
 
 
 def for_products():
@@ -92,6 +98,27 @@ def skinny_kernel(dtype, m, k, n, a_strides, b_rows, c_rows):
     return _kernels("columns", np.dtype(dtype).name, m, k, n, tuple(a_strides), b_rows, c_rows)
 
 
+def window_kernel(dtype, m, k, n, a_strides, rows, cols, c_rows):
+    """The compiled product of an ``(m, k)`` matrix at element strides ``a_strides`` by the windows of a
+    convolution's input read where they lie (no im2col copy) into an ``(m, n)`` one whose rows are ``c_rows``
+    apart: ``B[kk, j]`` is the element at ``offset(kk, rows) + offset(j, cols)`` from ``B``'s pointer, where
+    ``rows`` and ``cols`` are ``((size, element stride), ...)`` outermost first, the digits of ``kk`` and ``j``
+    in those sizes (a weight's ``(C, *kernel)`` order; the windows' ``(*out, N)``, their innermost dim a run of
+    unit stride whose length the tiles divide). Every element is the sum `skinny_kernel` makes of the copied
+    windows, the same bits. A `SkinnyKernel`, or None where the layout does not fit or it cannot be built."""
+    w = VECTOR_BYTES // np.dtype(dtype).itemsize
+    if (not cols or cols[-1][1] != 1 or cols[-1][0] % (w * _VECS) or k != _size(rows) or n != _size(cols)):
+        return None
+    return _kernels("windows", np.dtype(dtype).name, m, k, n, tuple(a_strides), tuple(rows), tuple(cols), c_rows)
+
+
+def _size(dims):
+    total = 1
+    for size, _ in dims:
+        total *= size
+    return total
+
+
 def long_sum_kernel(dtype, m, k, n, a_rows, bt_rows, c_strides):
     """The compiled product of an ``(m, k)`` matrix whose rows are ``a_rows`` elements apart by a ``(k, n)``
     one whose columns are ``bt_rows`` apart (unit stride along the sum in both) into an ``(m, n)`` one at
@@ -101,14 +128,18 @@ def long_sum_kernel(dtype, m, k, n, a_rows, bt_rows, c_strides):
 
 
 def _build(kind, dtype, m, k, n, *layout):
-    shape = (_Columns if kind == "columns" else _Dots)(dtype, m, k, n, *layout)
+    if kind == "windows":
+        a_strides, rows, cols, c_rows = layout
+        shape = _Columns(dtype, m, k, n, a_strides, None, c_rows, (rows, cols))
+    else:
+        shape = (_Columns if kind == "columns" else _Dots)(dtype, m, k, n, *layout)
     source = KernelSource(shape.name, "product", ["matmul"], [0, 1], [2], 0, 0)
     source.llvm_ir = shape.module()
     try:
         compiled = cpu.link_kernel(source, default_cache())
     except CompileError:
         return None
-    return SkinnyKernel(compiled, shape.tiles, m * n * k)
+    return SkinnyKernel(compiled, shape.tiles, m * n * k, kind == "windows")
 
 
 _kernels = BuiltOnce(_build)
@@ -163,14 +194,16 @@ class _Emitter:
 class _Columns(_Emitter):
     """Emits the product's loops; sizes and strides are the kernel's constants."""
 
-    def __init__(self, dtype, m, k, n, a_strides, b_rows, c_rows):
+    def __init__(self, dtype, m, k, n, a_strides, b_rows, c_rows, windows=None):
         super().__init__(dtype)
         self.m, self.k, self.n = m, k, n
         self.a_strides, self.b_rows, self.c_rows = a_strides, b_rows, c_rows
+        self.windows = windows  # (rows, cols) of `window_kernel`'s B, else None: rows b_rows apart
         self.span = self.w * _VECS  # columns of one tile
         # the full tiles, then (where the columns do not divide) one more index for the rest
         self.tiles = n // self.span + (n % self.span > 0)
-        self.name = f"jitorch_skinny_{dtype}_{m}x{k}x{n}_a{a_strides[0]}_{a_strides[1]}_b{b_rows}_c{c_rows}"
+        layout = f"b{b_rows}" if windows is None else "w" + "_".join(f"{d}s{st}" for dims in windows for d, st in dims)
+        self.name = f"jitorch_skinny_{dtype}_{m}x{k}x{n}_a{a_strides[0]}_{a_strides[1]}_{layout}_c{c_rows}"
 
     def module(self):
         """The kernel's LLVM IR text."""
@@ -180,6 +213,11 @@ class _Columns(_Emitter):
         full = self.n // self.span
         with b.goto_entry_block():
             panel = b.bitcast(b.alloca(ir.ArrayType(self.t, self.k * self.span)), self.t.as_pointer())
+            if self.windows is not None:
+                self.row_offsets = b.bitcast(b.alloca(ir.ArrayType(I64, self.k)), I64.as_pointer())
+        if self.windows is not None:  # (each row's offset once per call, not once per tile)
+            counted_loop(b, I64(0), I64(self.k), I64(1), lambda b, kk: b.store(
+                _digits_offset(b, kk, self.windows[0]), b.gep(self.row_offsets, [kk])), "ro")
 
         def tile(b, t):
             if full == self.tiles:
@@ -222,7 +260,7 @@ class _Columns(_Emitter):
         a multiple of 4 KB), so a tile's rows fell on the same few L1 sets and each row block read them
         again from L2."""
         def copy(b, kk):
-            src = b.gep(bm, [b.add(b.mul(kk, I64(self.b_rows)), j)])
+            src = b.gep(bm, [self.b_offset(b, kk, j)])
             dst = b.gep(panel, [b.mul(kk, I64(self.span))])
             for v in range(_VECS):
                 self.store(b, self.load(b, b.gep(src, [I64(v * self.w)]), self.vt),
@@ -230,6 +268,14 @@ class _Columns(_Emitter):
                 self.prefetch(b, b.gep(src, [I64(self.span + v * self.w)]))
         counted_loop(b, I64(0), I64(self.k), I64(1), copy, "pk")
         self.columns(b, a, b.gep(panel, [b.sub(I64(0), j)]), c, j, _VECS, self.vt, ld=self.span)
+
+    def b_offset(self, b, kk, j):
+        """The element offset of ``B[kk, j]`` from ``B``'s pointer: ``kk`` rows of ``b_rows``, or (windows) the
+        digits of ``kk`` and ``j`` in their dims' sizes times the dims' strides (a tile's columns lie in one run
+        of the innermost dim, which the tiles divide, so from its first column on they are contiguous)."""
+        if self.windows is None:
+            return b.add(b.mul(kk, I64(self.b_rows)), j)
+        return b.add(b.load(b.gep(self.row_offsets, [kk])), _digits_offset(b, j, self.windows[1]))
 
     def block(self, b, a, bm, ld, c, i, rows, j, vecs, vt):
         """``C[i + r, j + v*w + lane] = sum over k, in order, of A[i + r, k] * B[k, j + v*w + lane]``."""
@@ -248,6 +294,20 @@ class _Columns(_Emitter):
             out = b.gep(c, [b.add(b.mul(b.add(i, I64(r)), I64(self.c_rows)), j)])
             for v in range(vecs):
                 self.store(b, accs[r][v], b.gep(out, [I64(v * step)]), vt)
+
+
+def _digits_offset(b, index, dims):
+    """``sum(digit * stride)`` over ``dims`` (``(size, stride)``, outermost first) of ``index``'s digits in those
+    sizes (the outermost digit unbounded), as IR."""
+    offset, rest = I64(0), index
+    for depth, (size, stride) in enumerate(reversed(dims)):
+        if depth == len(dims) - 1:
+            digit = rest
+        else:
+            digit = b.urem(rest, I64(size))
+            rest = b.udiv(rest, I64(size))
+        offset = b.add(offset, b.mul(digit, I64(stride)))
+    return offset
 
 
 class _Dots(_Emitter):
@@ -341,10 +401,16 @@ def skinny_product(dtype, m, k, n, a_strides, b_rows, c_rows):
     return skinny_kernel(dtype, m, k, n, a_strides, b_rows, c_rows) if for_products() else None
 
 
+def window_product(dtype, m, k, n, a_strides, rows, cols, c_rows):
+    """``ops.linalg.WINDOW_KERNEL``: `window_kernel` where `for_products`, else None (the windows copied)."""
+    return window_kernel(dtype, m, k, n, a_strides, rows, cols, c_rows) if for_products() else None
+
+
 def long_sum_product(dtype, m, k, n, a_rows, bt_rows, c_strides):
     """``ops.linalg.LONG_SUM_KERNEL``: `long_sum_kernel` where `for_products`, else None."""
     return long_sum_kernel(dtype, m, k, n, a_rows, bt_rows, c_strides) if for_products() else None
 
 
 linalg.SKINNY_KERNEL = skinny_product
+linalg.WINDOW_KERNEL = window_product
 linalg.LONG_SUM_KERNEL = long_sum_product

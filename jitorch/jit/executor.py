@@ -59,6 +59,7 @@ from .results import eager_layouts, refresh_captured_state, returned_view, set_g
 from ..ops import indexing, registry, value_checks, views
 from ..ops.attention import attention_into
 from ..ops.registry import laid_out
+from ..ops import linalg
 from ..ops.linalg import SPLIT_MIN_WORK
 from ..ops.views import compact
 from ..runtime import allocator
@@ -379,13 +380,17 @@ class EagerStep:
         # filled by `fold_writers_into_cats`: per such cat node whose pieces' sources one op writes straight into
         # the cat's result, (that op's node, where each of its written results lies in that result)
         self.producers = {}
+        # filled by `read_windows_in_place`: a product's operand that is a copy of a convolution's windows -> (the
+        # copy's source, the windows' geometry over it), which the product reads where they lie (the copy stays)
+        self.windows = {}
         self.laid_out = {}  # filled by the compiled graph: node -> strides its first result is written with
         self.read_flags = set()  # filled by the plan: results of value checks that a step reads or the call returns
 
     def reads(self):
         return [v for node in self.nodes for v in
                 (iter_values(self.producers[node][0].args) if node in self.producers else
-                 (self.pieces[v][0] if v in self.pieces else v for v in iter_values(node.args)))]
+                 (self.pieces[v][0] if v in self.pieces else v for v in iter_values(node.args)))] + \
+            [source for source, _ in self.windows.values()]
 
     def writes(self):
         return [v for node in self.nodes for v in node.outputs]
@@ -437,6 +442,12 @@ class EagerStep:
             return
         if out in self.into_fresh:
             _emit_fresh(src, out, indent)
+        if self.windows and (out in self.into_arena or out in self.into_fresh):  # (its one node, a product)
+            source, geometry = self.windows[node.args[1]]
+            src.emit(f"_windows_into({_array_expression(src, node.args[0])}, _compact(env[{src.name(source, 'v')}])"
+                     f"._array(), {src.name(geometry, 'g')}, {_array_expression(src, node.args[1])}, "
+                     f"env[{src.name(out, 'v')}]._array())", indent)
+            return
         if out in self.into_arena or out in self.into_fresh:
             arrays = ", ".join("None" if isinstance(a, Value) and a in self.unfilled else _array_expression(src, a)
                                for a in node.args)
@@ -509,7 +520,7 @@ def _joins_run(step):
 def _product_work(step):
     """A step's multiply-adds if it is one matrix product that a writer computes into its arena buffer (what
     `interop.pair_products` pairs), else None."""
-    if type(step) is not EagerStep or len(step.nodes) != 1:
+    if type(step) is not EagerStep or len(step.nodes) != 1 or step.windows:
         return None
     (node,) = step.nodes
     return product_work(node) if node.op.name in _PRODUCTS and _blas_product(node) else None
@@ -985,6 +996,45 @@ def copy_geometry(group, layouts):
     return (source, tuple(shape), tuple(strides), offset) if root is source else None
 
 
+def read_windows_in_place(steps, layouts):
+    """Note on each product step whose second operand is a copy of a convolution's windows (a copy kernel's
+    output, `copy_geometry`, of a compact source) that `ops.linalg.window_layout` takes, that source and the
+    windows' geometry over it: its writer (`_windows_into`) reads the windows where they lie rather than the
+    copy, which stays for its other readers (the weight gradient's product). The same bits: the windows' kernel
+    is the columns kernel the copy's product runs. Only where that kernel serves products (`gemm.for_products`)."""
+    from ..codegen import gemm
+    if not gemm.for_products():
+        return
+    copies = {}
+    for step in steps:
+        if type(step) is KernelStep and step.group.kind == "view" and step.kernel.source.split is None \
+                and len(step.outputs) == 1:
+            geo = copy_geometry(step.group, layouts)
+            if geo is not None and geo[0] not in layouts and geo[0].type.dtype == step.outputs[0].type.dtype:
+                copies[step.outputs[0]] = (geo[0], geo[1:])
+    for step in steps:
+        if type(step) is not EagerStep or len(step.nodes) != 1 or step.pieces or step.producers:
+            continue
+        (node,) = step.nodes
+        if node.op.name not in _PRODUCTS or not _blas_product(node) or node.args[1] not in copies:
+            continue
+        a, b = node.args[:2]
+        source, (shape, strides, _) = copies[b]
+        layout = linalg.window_layout(b.type.dtype.np, a.type.shape[-2], shape, strides)
+        if layout is not None and tuple(a.type.shape[:-1]) == (1, a.type.shape[-2]) and a.type.shape[-1] == layout[0] \
+                and tuple(b.type.shape) == (1, layout[0], layout[1]):
+            step.windows[b] = copies[b]
+
+
+def _windows_into(a, source, geometry, copied, out):
+    """``out = a @ windows`` (``a`` and ``out`` batches of one matrix) with the windows read where they lie in
+    ``source`` (a compact array) at ``geometry`` (shape, strides, offset); where the kernel does not take them,
+    the product of their copy ``copied``, as `_matmul_into` computes it."""
+    shape, strides, offset = geometry
+    if linalg.window_product(a[0], source.reshape(-1)[offset:], shape, strides, out[0]) is None:
+        gemm_words.product(a, copied, out)
+
+
 def fold_copies_into_cats(graph, steps, layouts):
     """``steps`` without the copy kernels whose one reader is a ``cat`` of CPU arrays of one dtype (`_host_cat`)
     with a compact result: that cat reads each such copy's source where it lies and writes it into its slice of
@@ -1126,6 +1176,7 @@ class CompiledGraph:
         self._prebuilt_sources = {}
         if self._backend[2] is KernelStep:
             self.steps = fold_copies_into_cats(self.graph, self.steps, self.layouts)
+            read_windows_in_place(self.steps, self.layouts)
             self.steps = interop.pair_products(self.steps, _product_work, _movable,
                                                lambda a, b: ProductPair(a.nodes + b.nodes, "product pair"),
                                                SPLIT_MIN_WORK)
@@ -1433,6 +1484,7 @@ class CompiledGraph:
                              _cat_pieces_into=cat_pieces_into, _check_gather=indexing.check_gather_index,
                              _check_values=value_checks.run_check,
                              _at_once=interop.run_products, _at_once_profiled=interop.run_products_profiled,
+                             _windows_into=_windows_into,
                              _profiling=profiling, _profiled=self._profiled_run, _clock=time.perf_counter_ns)
         if g.grad_constants or g.refreshers:
             src.emit("_refresh(_graph)")

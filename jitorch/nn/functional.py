@@ -27,6 +27,7 @@ import jitorch as jt
 from jitorch.autograd.engine import not_differentiable, saves_also, saving as _saves
 from jitorch.compiler import is_compiling
 from jitorch.ops.attention import attention_fast, fused as _fused_attention
+from jitorch.ops import linalg
 from jitorch.ops.autocast import autocasts
 from jitorch.ops.pointwise import _normal_cdf, _normal_pdf
 from jitorch.nn.ctc import ctc_loss
@@ -487,6 +488,17 @@ def _adaptive_avg_pool_formats(args, fmt):
     return _avg_pool_formats(args, fmt)
 
 
+def _windows_in_place(w, xt, size, steps):
+    """A convolution's product ``w @ windows`` computed on the windows where they lie in ``xt`` (no im2col copy:
+    `ops.linalg.window_product`, the bits of the copied windows' product) where nothing records it (no autograd
+    graph to save the windows for, no trace or profile: `_numpy_shortcut`) and the rule takes it; else None."""
+    if not (_numpy_shortcut(xt) and w.dtype is xt.dtype and w._storage._data is not None) \
+            or (jt.is_grad_enabled() and (xt.requires_grad or w.requires_grad)):
+        return None
+    array = linalg.window_product(w._array()[0], xt._array(), size, steps) if w.shape[0] == 1 else None
+    return None if array is None else jt.Tensor._fresh(array, xt.dtype)
+
+
 @_saves("input", "weight")
 @_in_suggested_format("input", "weight", formats=_conv_formats)
 def _conv(input, weight, bias, stride, padding, dilation, groups, nd):
@@ -509,9 +521,12 @@ def _conv(input, weight, bias, stride, padding, dilation, groups, nd):
     # the batch innermost (``_batch_last``) in the weight's (channel, kernel position) order
     xt = _batch_last(x, pads)
     size, steps = _grouped_windows(tuple(xt.shape), groups, kernel, stride, dilation, out)
-    cols = xt.as_strided(size, steps, xt.storage_offset()).reshape(groups, k * (c // groups), -1)
     w = weight.reshape(groups, o // groups, -1)
-    y = _batch_first(jt.matmul(w, cols).reshape(o, *out, n))
+    product = _windows_in_place(w, xt, size, steps)
+    if product is None:
+        cols = xt.as_strided(size, steps, xt.storage_offset()).reshape(groups, k * (c // groups), -1)
+        product = jt.matmul(w, cols)
+    y = _batch_first(product.reshape(o, *out, n))
     if bias is not None:
         y = y + bias.reshape(-1, *([1] * nd))
     return y.squeeze(0) if unbatched else y

@@ -303,7 +303,7 @@ def _mkl_gemm(a, b, out):
 # window (cnn's 16 x 36864 by 36864 x 72, the windows read transposed: unit stride along the sum in both
 # operands), where OpenBLAS ran at 15-56 GFLOP/s: the code generator's long-sum kernel (`codegen.gemm._Dots`)
 # ran 1.2-5x faster on 16x36864x72, 8x43264x9, 64x16384x48 and 48x16384x64 (same measurement).
-SKINNY_KERNEL = LONG_SUM_KERNEL = None
+SKINNY_KERNEL = LONG_SUM_KERNEL = WINDOW_KERNEL = None
 SKINNY_MAX_ROWS, SKINNY_MAX_SUM, SKINNY_MAX_AREA, SKINNY_MIN_COLS, SKINNY_MIN_WORK = 128, 256, 8192, 8192, 1 << 20
 LONG_SUM_MAX_ROWS, LONG_SUM_MAX_COLS, LONG_SUM_MAX_AREA, LONG_SUM_MIN_SUM = 64, 128, 4096, 8192
 # 2-D products of fewer multiply-adds run as one NumPy call on eager's fast path, without `array_product`
@@ -320,6 +320,50 @@ def skinny_shape(dtype, m, k, n):
     if m <= LONG_SUM_MAX_ROWS and n <= LONG_SUM_MAX_COLS and m * n <= LONG_SUM_MAX_AREA and k >= LONG_SUM_MIN_SUM:
         return "long sum"
     return None
+
+
+def window_layout(dtype, m, size, steps):
+    """`codegen.gemm.window_kernel`'s ``(k, n, rows, cols)`` for an ``(m, k)`` matrix of ``dtype`` (a NumPy dtype)
+    times the im2col operand of a convolution: the windows of ``size`` ``(1, C, *kernel, *out, N)`` at element
+    ``steps`` (one group), merged into ``(C * K, L * N)``, where the rule gives that product the columns kernel
+    (`skinny_shape`) and the windows' last dims run contiguously (merged into one run); else None."""
+    if dtype not in _SPLIT_DTYPES or len(size) < 5 or (len(size) - 3) % 2 or size[0] != 1:
+        return None
+    nd = (len(size) - 3) // 2
+    k, n = prod(size[1:2 + nd]), prod(size[2 + nd:])
+    if skinny_shape(dtype, m, k, n) != "columns" or steps[-1] != 1:
+        return None
+    cols = list(zip(size[2 + nd:], steps[2 + nd:]))
+    while len(cols) > 1 and cols[-2][1] == cols[-1][0]:  # (rows of windows that touch: one run)
+        cols[-2:] = [(cols[-2][0] * cols[-1][0], 1)]
+    return k, n, tuple(zip(size[1:2 + nd], steps[1:2 + nd])), tuple(cols)
+
+
+def window_product(a, x, size, steps, out=None):
+    """``a @ windows`` into ``out`` (an ``(m, n)`` array, else a new ``(1, m, n)`` one), where ``windows`` is the
+    im2col operand of a convolution over ``x``, a contiguous array whose first element is the windows' first
+    (`window_layout`'s geometry). The generated kernel reads the windows where they lie (no copy) where
+    `window_layout` and the kernel take the layout; its bits are those of the columns kernel on the copied
+    windows. Else None (nothing written)."""
+    if WINDOW_KERNEL is None or a.ndim != 2 or a.dtype != x.dtype or not x.flags.c_contiguous \
+            or not (a.flags.aligned and x.flags.aligned) or any(s % a.itemsize or s <= 0 for s in a.strides):
+        return None
+    layout = window_layout(a.dtype, a.shape[0], size, steps)
+    if layout is None or layout[0] != a.shape[1]:
+        return None
+    k, n, rows, cols = layout
+    m, item = a.shape[0], a.itemsize
+    if out is not None and (out.shape != (m, n) or out.dtype != a.dtype or out.strides[1] != item
+                            or out.strides[0] % item or out.strides[0] < n * item or not out.flags.aligned
+                            or np.may_share_memory(out, x) or np.may_share_memory(out, a)):
+        return None
+    kernel = WINDOW_KERNEL(a.dtype, m, k, n, tuple(s // item for s in a.strides), rows, cols,
+                           n if out is None else out.strides[0] // item)
+    if kernel is None:
+        return None
+    result = np.empty((1, m, n), a.dtype) if out is None else out
+    kernel.run(a, x, result, threads.get_num_threads())
+    return result
 
 
 def _skinny(a, b, out, whole):
