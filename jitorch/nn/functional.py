@@ -195,8 +195,8 @@ def _constant_pad(x, pad, value):
     """``x`` cropped by the negative widths, then grown by the positive ones: always a new tensor, as torch's
     (a pad of zero or negative widths is a copy, not the input or a view of it, which a write would reach)."""
     dims = [(x.ndim - 1 - k, pad[2 * k], pad[2 * k + 1]) for k in range(len(pad) // 2)]
-    fmt = suggest_memory_format(x._shape, x._stride)  # (torch's constant_pad_nd keeps a channels-last layout)
-    if fmt is not contiguous_format and x.requires_grad and jt.is_grad_enabled():
+    source = x  # (torch's constant_pad_nd keeps a channels-last layout)
+    if x.requires_grad and jt.is_grad_enabled() and suggest_memory_format(x._shape, x._stride) is not contiguous_format:
         x = _GradInFormat.apply(x, None)  # (its backward is a pad of the gradient, in the gradient's format)
     for dim, left, right in dims:  # (cropped first: the last cat's result is compact, as torch's)
         if left < 0:
@@ -213,7 +213,7 @@ def _constant_pad(x, pad, value):
             parts.append(jt.full(shape, value, dtype=x.dtype, device=x.device) if width else None)
         if parts[0] is not None or parts[1] is not None:
             x = jt.cat([p for p in (parts[0], x, parts[1]) if p is not None], dim)
-    return x if fmt is contiguous_format else _laid_out_as(x, fmt)
+    return _in_format_of(source, x)
 
 
 def _pad_op(input, pad, mode="constant", value=None):
@@ -253,11 +253,10 @@ def pad(input, pad, mode="constant", value=None):
         _check_circular_pad(input, pad, k)
     else:
         _check_edge_pad(input, pad, mode, k)
-    x = input
-    for dim, left, right, _ in _padded_dims(input, pad, k):
-        x = _index_pad(x, dim, left, right, mode)
-    if mode != "circular":  # (torch's reflection and replication pads are one node that saves the input)
-        saves_also(x, (input,))
+    if mode == "circular":
+        return _pads(input, pad, mode, k)
+    x = _edge_pad(input, pad, mode, k)
+    saves_also(x, (input,))  # (torch's reflection and replication pads are one node that saves the input)
     return x
 
 
@@ -420,6 +419,13 @@ def _laid_out_as(t, fmt):
     return t if t._stride == format_strides(fmt, t.shape) else t.clone(memory_format=fmt)
 
 
+def _in_format_of(input, out):
+    """``out`` laid out in the memory format ``input`` suggests (a channels-last one: torch's kernels that
+    allocate their result in it, as ``resize_(sizes, input.suggest_memory_format())``), else ``out`` itself."""
+    fmt = suggest_memory_format(input._shape, input._stride)
+    return out if fmt is contiguous_format else _laid_out_as(out, fmt)
+
+
 def _format_rank(fmt):
     return 4 if fmt is jt.channels_last else 5
 
@@ -465,6 +471,12 @@ def _in_suggested_format(*names, formats=_same_format):
     return decorate
 
 
+def _contiguous_formats(args, fmt):
+    """Contiguous results and gradients: torch's instance norm normalises ``input.contiguous()``, and its
+    unfold's gradient is col2im's new contiguous tensor."""
+    return contiguous_format, contiguous_format
+
+
 def _conv_formats(args, fmt):
     """torch's CPU convolution computes in channels-last where oneDNN runs it; its float64 3-d convolution (the
     slow path) gives contiguous results and gradients."""
@@ -474,8 +486,24 @@ def _conv_formats(args, fmt):
 
 
 def _avg_pool_formats(args, fmt):
-    """torch's CPU average pooling keeps channels_last; of channels_last_3d input it gives contiguous results."""
+    """torch's CPU average and adaptive max pooling, and 2-d max unpooling, keep channels_last; of
+    channels_last_3d input they give contiguous results and gradients."""
     return (fmt, fmt) if fmt is jt.channels_last else (contiguous_format, contiguous_format)
+
+
+def _pads(input, pad, mode, k):
+    """``input`` padded along each of its last ``k`` dims in turn by `_index_pad`."""
+    x = input
+    for dim, left, right, _ in _padded_dims(input, pad, k):
+        x = _index_pad(x, dim, left, right, mode)
+    return x
+
+
+@_in_suggested_format("input")
+def _edge_pad(input, pad, mode, k):
+    """A reflection or replication pad: torch's kernels lay out a channels-last input's result and gradient
+    channels-last (its circular pad, a composition of cats, gives contiguous ones)."""
+    return _pads(input, pad, mode, k)
 
 
 def _adaptive_avg_pool_formats(args, fmt):
@@ -995,7 +1023,7 @@ def _adaptive_windows(size, out):
 
 
 @_saves("input")
-@_in_suggested_format("input")
+@_in_suggested_format("input", formats=_avg_pool_formats)
 def _adaptive_max_pool(input, output_size, return_indices, nd):
     name = f"adaptive_max_pool{nd}d"
     _check_output_size_dims(input, output_size, nd)
@@ -1122,6 +1150,7 @@ def _check_unpool(input, indices, out, nd):
     _check_values("unpool_indices", [indices], volume, list(out) + [1] * (nd == 1))
 
 
+@_in_suggested_format("input", formats=_avg_pool_formats)
 def _max_unpool(input, indices, kernel_size, stride, padding, output_size, nd):
     name = f"max_unpool{nd}d"
     kernel = _unpool_arg(kernel_size, nd, name, "kernel_size")
@@ -1278,7 +1307,13 @@ def interpolate(input, size=None, scale_factor=None, mode="nearest", align_corne
     if mode in _LINEAR_MODES or mode == "area":
         _check_blendable(input, mode)  # in the kernels, after torch's checks of the sizes
     if antialias or input.dtype == jt.uint8 and mode in ("bilinear", "bicubic"):
-        return antialias_resample(input, sizes, scales, mode == "bicubic", bool(align_corners), antialias)
+        source = input
+        if input.requires_grad and jt.is_grad_enabled():
+            # torch's antialiased backward kernels write a new gradient: bilinear's in the format its gradient
+            # suggests, bicubic's contiguous (the composition's is a narrow of a longer one)
+            input = _GradInFormat.apply(input, contiguous_format if mode == "bicubic" else None)
+        return _in_format_of(source, antialias_resample(input, sizes, scales, mode == "bicubic", bool(align_corners),
+                                                        antialias))
     if mode == "area":
         return _adaptive_avg_pool(input, sizes, input.ndim - 2, f"adaptive_avg_pool{input.ndim - 2}d")
     out = input
@@ -1297,8 +1332,7 @@ def interpolate(input, size=None, scale_factor=None, mode="nearest", align_corne
         else:
             index = _nearest_index(n, m, scale, mode == "nearest-exact")
             out = out.index_select(dim, jt.tensor(index, device=input.device))
-    fmt = suggest_memory_format(input._shape, input._stride)  # (torch's upsample kernels keep channels-last input's)
-    return out if fmt is contiguous_format else _laid_out_as(out, fmt)
+    return _in_format_of(input, out)  # (torch's upsample kernels keep channels-last input's layout)
 
 
 def _check_pixel_factor(op, input, factor, what):
@@ -1308,6 +1342,8 @@ def _check_pixel_factor(op, input, factor, what):
                            f"{input.ndim} dimension(s)")
     if factor <= 0:
         raise RuntimeError(f"{op} expects a positive {what}, but got {factor}")
+    if suggest_memory_format(input._shape, input._stride) is jt.channels_last_3d:
+        raise RuntimeError("Unsupported memory format. Supports only ChannelsLast, Contiguous")
     return factor
 
 
@@ -1322,7 +1358,7 @@ def pixel_shuffle(input, upscale_factor):
     x = input.reshape(*batch, c // (r * r), r, r, h, w)
     # (*, C, r, r, H, W) -> (*, C, H, r, W, r)
     x = x.permute(*range(b), b, b + 3, b + 1, b + 4, b + 2)
-    return x.reshape(*batch, c // (r * r), h * r, w * r)
+    return _in_format_of(input, x.reshape(*batch, c // (r * r), h * r, w * r))
 
 
 def pixel_unshuffle(input, downscale_factor):
@@ -1337,7 +1373,7 @@ def pixel_unshuffle(input, downscale_factor):
     x = input.reshape(*batch, c, h // r, r, w // r, r)
     # (*, C, H, r, W, r) -> (*, C, r, r, H, W)
     x = x.permute(*range(b), b, b + 2, b + 4, b + 1, b + 3)
-    return x.reshape(*batch, c * r * r, h // r, w // r)
+    return _in_format_of(input, x.reshape(*batch, c * r * r, h // r, w // r))
 
 
 
@@ -1352,7 +1388,7 @@ def channel_shuffle(input, groups):
     n, c, *rest = input.shape
     if c % groups:
         raise RuntimeError(f"Number of channels must be divisible by groups. Got {c} channels and {groups} groups.")
-    return input.reshape(n, groups, c // groups, *rest).transpose(1, 2).reshape(input.shape)
+    return _in_format_of(input, input.reshape(n, groups, c // groups, *rest).transpose(1, 2).reshape(input.shape))
 
 
 def native_channel_shuffle(input, groups):
@@ -1394,6 +1430,7 @@ def _sliding_geometry(a):
             f"stride={a['stride']}")
 
 
+@_in_suggested_format("input", formats=_contiguous_formats)
 def unfold(input, kernel_size, dilation=1, padding=0, stride=1):
     """im2col: the sliding ``kernel_size`` blocks of ``(N, C, H, W)`` (or ``(C, H, W)``) input as the columns of
     ``(N, C * kH * kW, L)``, ``L`` the number of blocks."""
@@ -1605,6 +1642,7 @@ def group_norm(input, num_groups, weight=None, bias=None, eps=1e-5):
 
 @_saves("input")
 @not_differentiable("native_batch_norm", "running_mean", "running_var")
+@_in_suggested_format("input", formats=_contiguous_formats)
 @_computed_in_float32
 def instance_norm(input, running_mean=None, running_var=None, weight=None, bias=None, use_input_stats=True,
                   momentum=0.1, eps=1e-5):
