@@ -41,7 +41,7 @@ from jitorch.ops.registry import DISPATCH_HOOKS as _HOOKS, OPS as _OPS, cpp_name
 from jitorch.runtime import cuda_backend, fp_errors, profiling
 from jitorch.runtime.autocast_mode import STATE as _AUTOCAST
 from jitorch.ops.views import contiguous_format, format_strides, suggest_memory_format
-from jitorch.runtime.strided import contiguous_strides, is_contiguous
+from jitorch.runtime.strided import contiguous_strides, is_contiguous, iterator_strides
 
 __all__ = [
     "linear", "bilinear", "conv1d", "conv2d", "conv3d", "pad", "max_pool1d", "max_pool2d", "avg_pool1d",
@@ -469,6 +469,93 @@ def _in_suggested_format(*names, formats=_same_format):
             return _laid_out_as(out, out_format)
         return call
     return decorate
+
+
+class _GradAsKernel(jt.autograd.Function):
+    """The identity, whose backward lays its gradient out as torch's one backward kernel of the op allocates
+    it: with the strides ``rule(upstream, own)`` gives from the (shape, strides) of the result's gradient, as a
+    pre-hook on the result's node noted it, and of this input."""
+
+    @staticmethod
+    def forward(ctx, x, noted, rule):
+        ctx.noted, ctx.rule, ctx.geometry = noted, rule, (x._shape, x._stride)
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, g):
+        if not ctx.noted:
+            return g, None, None
+        upstream = ctx.noted[0]
+        if upstream == ctx.geometry and g._stride == upstream[1] and ctx.rule in (_grad_first, _input_first):
+            return g, None, None  # (TensorIterator's strides over operands of one layout are theirs)
+        strides = ctx.rule(upstream, ctx.geometry) or contiguous_strides(g._shape)
+        if g._stride != strides:
+            g = jt.empty_strided(g._shape, strides, dtype=g.dtype, device=g.device).copy_(g)
+        return g, None, None
+
+
+def _grad_first(upstream, own):
+    """TensorIterator's strides over (grad_output, input): most activations' backward kernels."""
+    return iterator_strides(own[0], [upstream, own], True)
+
+
+def _input_first(upstream, own):
+    """TensorIterator's strides over (input, grad_output): leaky_relu's and prelu's backward kernels (prelu's
+    weight operand, broadcast but along the channels, decides no order)."""
+    return iterator_strides(own[0], [own, upstream], True)
+
+
+def _upstream_format(upstream, own):
+    """The strides of the memory format the result's gradient suggests: the backward kernels of the upsampling
+    modes and of the pixel and channel shuffles."""
+    fmt = suggest_memory_format(*upstream)
+    return None if fmt is contiguous_format else format_strides(fmt, own[0])
+
+
+def _grad_as_kernel(rule):
+    """Decorate an op composed of ops whose torch backward is one kernel: its input's gradient gets the strides
+    ``rule`` gives (`_GradAsKernel`), not the layout the composition's last backward op gives (they differ
+    where the result's gradient is laid out otherwise than the input: a channels-last input under a contiguous
+    gradient). An in-place call's, and a contiguous input's (`_as_kernel`), is its composition's."""
+    def decorate(fn):
+        in_place = _arguments_named_inplace(fn)
+
+        @functools.wraps(fn)
+        def call(input, *args, **kwargs):
+            if in_place(args, kwargs):
+                return fn(input, *args, **kwargs)
+            return _as_kernel(rule, fn, input, *args, **kwargs)
+        return call
+    return decorate
+
+
+def _as_kernel(rule, fn, input, *args, **kwargs):
+    """``fn(input, ...)`` whose input gradient has the strides ``rule`` gives (`_grad_as_kernel`) where grad
+    mode records it and the input is not contiguous. (A contiguous input's gradient keeps its composition's
+    layout: the identity node would cost every traced graph of a contiguous network fusion across it.)"""
+    if not (input._requires_grad and jt.is_grad_enabled()) or is_contiguous(input._shape, input._stride):
+        return fn(input, *args, **kwargs)
+    noted = []
+    out = fn(_GradAsKernel.apply(input, noted, rule), *args, **kwargs)
+
+    def note(grads):
+        noted[:] = [(grads[0]._shape, grads[0]._stride)]
+    out.grad_fn.register_prehook(note)
+    return out
+
+
+def _contiguous_grad(upstream, own):
+    """Contiguous strides: torch's bicubic and 3-d nearest upsampling backward kernels'."""
+    return None
+
+
+def _arguments_named_inplace(fn):
+    """A function of a call's ``(args, kwargs)`` after the input: whether ``fn``'s ``inplace`` argument is true."""
+    params = list(inspect.signature(fn).parameters)[1:]
+    if "inplace" not in params:
+        return lambda args, kwargs: False
+    i = params.index("inplace")
+    return lambda args, kwargs: bool(args[i] if i < len(args) else kwargs.get("inplace", False))
 
 
 def _contiguous_formats(args, fmt):
@@ -1306,16 +1393,21 @@ def interpolate(input, size=None, scale_factor=None, mode="nearest", align_corne
         raise NotImplementedError(f"\"compute_index_ranges_weights\" not implemented for '{scalar_name(input.dtype)}'")
     if mode in _LINEAR_MODES or mode == "area":
         _check_blendable(input, mode)  # in the kernels, after torch's checks of the sizes
-    if antialias or input.dtype == jt.uint8 and mode in ("bilinear", "bicubic"):
-        source = input
-        if input.requires_grad and jt.is_grad_enabled():
-            # torch's antialiased backward kernels write a new gradient: bilinear's in the format its gradient
-            # suggests, bicubic's contiguous (the composition's is a narrow of a longer one)
-            input = _GradInFormat.apply(input, contiguous_format if mode == "bicubic" else None)
-        return _in_format_of(source, antialias_resample(input, sizes, scales, mode == "bicubic", bool(align_corners),
-                                                        antialias))
     if mode == "area":
         return _adaptive_avg_pool(input, sizes, input.ndim - 2, f"adaptive_avg_pool{input.ndim - 2}d")
+    # torch's upsampling backward kernels write the input's gradient in the format the result's gradient
+    # suggests, the bicubic ones and the 3-d nearest ones contiguously
+    contiguous = mode == "bicubic" or input.ndim == 5 and mode in ("nearest", "nearest-exact")
+    rule = _contiguous_grad if contiguous else _upstream_format
+    return _as_kernel(rule, _upsample, input, sizes, scales, mode, align_corners, antialias)
+
+
+def _upsample(input, sizes, scales, mode, align_corners, antialias):
+    """`interpolate` of checked arguments but mode 'area', laid out in the memory format ``input`` suggests (as
+    torch's upsampling kernels)."""
+    if antialias or input.dtype == jt.uint8 and mode in ("bilinear", "bicubic"):
+        return _in_format_of(input, antialias_resample(input, sizes, scales, mode == "bicubic", bool(align_corners),
+                                                       antialias))
     out = input
     for dim, (n, m, scale) in enumerate(zip(input.shape[2:], sizes, scales), 2):
         if mode in _LINEAR_MODES:
@@ -1347,6 +1439,7 @@ def _check_pixel_factor(op, input, factor, what):
     return factor
 
 
+@_grad_as_kernel(_upstream_format)
 def pixel_shuffle(input, upscale_factor):
     """``(*, C r^2, H, W)`` to ``(*, C, H r, W r)``: each group of ``r^2`` channels becomes an ``r x r`` block."""
     r = _check_pixel_factor("pixel_shuffle", input, upscale_factor, "upscale_factor")
@@ -1361,6 +1454,7 @@ def pixel_shuffle(input, upscale_factor):
     return _in_format_of(input, x.reshape(*batch, c // (r * r), h * r, w * r))
 
 
+@_grad_as_kernel(_upstream_format)
 def pixel_unshuffle(input, downscale_factor):
     """``(*, C, H r, W r)`` to ``(*, C r^2, H, W)``, the inverse of ``pixel_shuffle``."""
     r = _check_pixel_factor("pixel_unshuffle", input, downscale_factor, "downscale_factor")
@@ -1377,6 +1471,7 @@ def pixel_unshuffle(input, downscale_factor):
 
 
 
+@_grad_as_kernel(_upstream_format)
 def channel_shuffle(input, groups):
     """``(N, C, *)`` with its channels read as a ``(groups, C / groups)`` grid and written transposed: the
     shuffle of ShuffleNet between grouped convolutions."""
@@ -2152,6 +2247,7 @@ def _gelu_kernel(form, dtype, backward=False):
     return eager_kernels.kernel(fn, name, dtype.np.name, 1 + backward)
 
 
+@_grad_as_kernel(_grad_first)
 def gelu(input, approximate="none"):
     """``x Phi(x)`` with the normal CDF exact (``Phi(x) = erfc(-x / sqrt(2)) / 2``) or by torch's tanh
     approximation."""
@@ -2188,6 +2284,7 @@ def _gelu(input, approximate, form, unhooked):
     return jt.Tensor._fresh(out, input.dtype)
 
 
+@_grad_as_kernel(_grad_first)
 def silu(input, inplace=False):
     """``x * sigmoid(x)``."""
     _check_floating(input, "silu_cpu")
@@ -2205,6 +2302,7 @@ def sigmoid(input):
 
 
 @_saves("input")
+@_grad_as_kernel(_input_first)
 def leaky_relu(input, negative_slope=0.01, inplace=False):
     """``x`` where positive, ``negative_slope * x`` elsewhere (the slope a Python number, as torch's kernel
     reads it: a float64 input's product is float64's)."""
@@ -2237,6 +2335,7 @@ def _log_sigmoid(input):
 
 @autocasts("softplus")
 @_saves("input")
+@_grad_as_kernel(_grad_first)
 @_computed_in_float32
 def softplus(input, beta=1.0, threshold=20.0):
     """``log(1 + exp(beta x)) / beta``, and ``x`` itself where ``beta x > threshold``."""
@@ -2262,6 +2361,7 @@ def _result(input, out, inplace):
 
 
 @_saves("input")
+@_grad_as_kernel(_grad_first)
 def _elu(input, alpha, scale, input_scale, inplace):
     """torch's elu kernel: ``scale x`` where positive, ``scale alpha (exp(input_scale x) - 1)`` elsewhere."""
     _check_floating(input, "elu_cpu")
@@ -2369,6 +2469,7 @@ def rrelu_(input, lower=1.0 / 8, upper=1.0 / 3, training=False):
 
 
 @_saves("input", "weight")
+@_grad_as_kernel(_input_first)
 def prelu(input, weight):
     """``x`` where positive, ``weight x`` elsewhere; ``weight`` is one slope, or one per channel (dim 1)."""
     if weight.ndim > 1:
@@ -2394,6 +2495,7 @@ def hardtanh_(input, min_val=-1.0, max_val=1.0):
 
 
 @_saves("input", in_place=False)
+@_grad_as_kernel(_grad_first)
 def hardtanh(input, min_val=-1.0, max_val=1.0, inplace=False):
     """``x`` clamped to ``[min_val, max_val]``; the gradient is 0 outside the open interval, as torch."""
     if min_val > max_val:
@@ -2412,6 +2514,7 @@ def relu6(input, inplace=False):
 
 
 @_saves("input", in_place=False)
+@_grad_as_kernel(_grad_first)
 def hardsigmoid(input, inplace=False):
     """``relu6(x + 3) / 6``."""
     _check_floating(input, "hardsigmoid_cpu")
@@ -2421,6 +2524,7 @@ def hardsigmoid(input, inplace=False):
     return input.copy_(out) if inplace else out
 
 
+@_grad_as_kernel(_grad_first)
 def hardswish(input, inplace=False):
     """``x * relu6(x + 3) / 6``."""
     _check_floating(input, "hardswish_cpu")

@@ -1,7 +1,8 @@
 """Session 50: a sweep of ops on channels-last (channels_last, and channels_last_3d where the op takes 5-d)
 input against torch: results' values and strides, and the input gradient's values and strides for a contiguous
 upstream gradient and for one laid out as the result is, float32 and float64; each op compiled (forward and
-``autograd.grad``) against eager, strides included; gradcheck for a few."""
+``autograd.grad``) against eager, strides included; gradcheck for a few; the activations' input gradient
+layouts where size-1 dims leave TensorIterator's order to its operands' order."""
 
 import numpy as np
 import pytest
@@ -50,6 +51,11 @@ OPS = {
     "interpolate bicubic": (X4, CL, lambda L, x: _F(L).interpolate(x, size=(7, 3), mode="bicubic")),
     "interpolate bilinear align_corners": (X4, CL, lambda L, x: _F(L).interpolate(
         x, size=(7, 3), mode="bilinear", align_corners=True)),
+    "interpolate bilinear": (X4, CL, lambda L, x: _F(L).interpolate(x, scale_factor=2, mode="bilinear")),
+    "interpolate nearest": (X4, CL, lambda L, x: _F(L).interpolate(x, size=(7, 3))),
+    "interpolate trilinear": (X5, CL3, lambda L, x: _F(L).interpolate(x, size=(3, 5, 2), mode="trilinear")),
+    "interpolate linear of 3-d": (X4[0], "contiguous_format", lambda L, x: _F(L).interpolate(
+        x.transpose(1, 2), size=5, mode="linear")),
     "interpolate bilinear antialias": (X4, CL, lambda L, x: _F(L).interpolate(
         x, size=(3, 5), mode="bilinear", antialias=True)),
     "interpolate bicubic antialias": (X4, CL, lambda L, x: _F(L).interpolate(
@@ -101,22 +107,9 @@ ACTIVATIONS = {
 for _name, _fn in ACTIVATIONS.items():
     OPS[_name] = (X4, CL, _fn)
     OPS[_name + " 3d"] = (X5, CL3, _fn)
-# where the upstream gradient is contiguous and the input channels-last, torch's backward kernels order their
-# operands (grad_output, self) or, leaky_relu's, (self, grad_output), and jitorch's compositions of these do not
-OPERAND_ORDER_GAPS = {n + s for n in ("elu", "hardsigmoid", "relu6", "leaky_relu", "hardtanh", "softplus")
-                      for s in ("", " 3d")}
-# torch's backward kernels of these write the input's gradient in the format the result's gradient suggests (a
-# channels-last one here); jitorch's compositions of views, index_select and sums give a contiguous one
-RESULT_GRADIENT_FORMAT_GAPS = {"pixel_shuffle", "pixel_unshuffle", "channel_shuffle", "channel_shuffle 3d",
-                               "interpolate nearest-exact", "interpolate bilinear align_corners",
-                               "interpolate bilinear antialias"}
 # torch's float64 hardsigmoid backward multiplies by 1/6 rounded to float32 (relative 3e-8 off jitorch's)
 GRADIENT_RTOL = {("hardsigmoid", "float64"): 1e-7, ("hardsigmoid 3d", "float64"): 1e-7}
 
-
-def _gaps(names):
-    return [pytest.param(n, marks=pytest.mark.xfail(strict=True, reason="a known gradient layout difference"))
-            if n in names else n for n in OPS]
 
 
 def _t(L, a, dtype):
@@ -155,7 +148,7 @@ def _run(L, name, dtype, laid_out):
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
-@pytest.mark.parametrize("name", _gaps(OPERAND_ORDER_GAPS))
+@pytest.mark.parametrize("name", list(OPS))
 def test_channels_last_input_gives_torchs_results_and_input_gradient_for_a_contiguous_gradient(name, dtype):
     (t_out, t_grad), (j_out, j_grad) = (_run(L, name, dtype, False) for L in (torch, jitorch))
     for t, j in zip(t_out, j_out):
@@ -164,7 +157,7 @@ def test_channels_last_input_gives_torchs_results_and_input_gradient_for_a_conti
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
-@pytest.mark.parametrize("name", _gaps(RESULT_GRADIENT_FORMAT_GAPS))
+@pytest.mark.parametrize("name", list(OPS))
 def test_channels_last_input_gives_torchs_input_gradient_for_a_gradient_laid_out_as_the_result(name, dtype):
     (_, t_grad), (_, j_grad) = (_run(L, name, dtype, True) for L in (torch, jitorch))
     _close(t_grad, j_grad, dtype, GRADIENT_RTOL.get((name, dtype)))
@@ -206,3 +199,42 @@ def test_pixel_shuffles_of_channels_last_3d_input_raise_torchs_error():
             with pytest.raises(RuntimeError, match="^Unsupported memory format. Supports only ChannelsLast, "
                                                    "Contiguous$"):
                 op(x, 2)
+
+
+KERNEL_ORDER_SHAPES = [(2, 3, 4, 5), (2, 3, 1, 5), (1, 3, 1, 4, 3), (2, 1, 2, 1, 3)]
+
+
+def _in(L, a, fmt):
+    formats = {"c": L.contiguous_format, "cl": L.channels_last if a.ndim == 4 else L.channels_last_3d}
+    return L.tensor(a).contiguous(memory_format=formats[fmt])
+
+
+@pytest.mark.parametrize("shape", KERNEL_ORDER_SHAPES)
+@pytest.mark.parametrize("name", ["elu", "hardtanh", "relu6", "hardsigmoid", "softplus", "leaky_relu", "selu", "celu",
+                                  "relu", "gelu", "silu", "mish", "hardswish", "threshold", "prelu"])
+def test_channels_last_activation_input_gradient_takes_torchs_kernel_layout_under_a_contiguous_gradient(name, shape):
+    # elu, hardtanh, relu6, hardsigmoid, softplus, selu and celu gave the input's layout where torch's kernels
+    # order (grad_output, input), leaky_relu the gradient's where torch's orders (input, grad_output); gelu,
+    # silu, hardswish and prelu where size-1 dims leave TensorIterator's order to the operands' order
+    fns = {"selu": lambda L, x: _F(L).selu(x), "celu": lambda L, x: _F(L).celu(x, 0.5),
+           "prelu": lambda L, x: _F(L).prelu(x, L.full((x.shape[1],), 0.2, dtype=x.dtype))}
+    fn = fns.get(name) or ACTIVATIONS[name]
+    rs = np.random.RandomState(1)
+    a, g = rs.randn(*shape), rs.randn(*shape)
+    grads = [L.autograd.grad(fn(L, x), x, _in(L, g, "c"))[0] for L in (torch, jitorch)
+             for x in [_in(L, a, "cl").requires_grad_()]]
+    assert grads[1].stride() == grads[0].stride()
+    np.testing.assert_allclose(grads[1].numpy(), grads[0].numpy(), rtol=1e-7, atol=1e-12)
+
+
+def test_in_place_activations_and_double_backward_keep_working_with_the_kernel_layout():
+    x = jitorch.randn(2, 3, 4, 5).contiguous(memory_format=jitorch.channels_last).requires_grad_()
+    y = _F(jitorch).elu(x)
+    g, = jitorch.autograd.grad(y, x, jitorch.ones(2, 3, 4, 5), create_graph=True)
+    assert g.stride() == (60, 20, 5, 1) and g.requires_grad
+    gg, = jitorch.autograd.grad(g.sum(), x)
+    t = torch.tensor(x.detach().numpy()).requires_grad_()
+    tg, = torch.autograd.grad(torch.nn.functional.elu(t), t, torch.ones(2, 3, 4, 5), create_graph=True)
+    np.testing.assert_allclose(gg.numpy(), torch.autograd.grad(tg.sum(), t)[0].numpy(), rtol=1e-5, atol=1e-7)
+    z = x * 1
+    assert _F(jitorch).leaky_relu_(z, 0.1) is z
