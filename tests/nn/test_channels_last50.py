@@ -156,11 +156,11 @@ def test_channels_last_input_gives_torchs_results_and_input_gradient_for_a_conti
     _close(t_grad, j_grad, dtype, GRADIENT_RTOL.get((name, dtype)))
 
 
-@pytest.mark.parametrize("dtype", ["float32", "float64"])
 @pytest.mark.parametrize("name", list(OPS))
-def test_channels_last_input_gives_torchs_input_gradient_for_a_gradient_laid_out_as_the_result(name, dtype):
-    (_, t_grad), (_, j_grad) = (_run(L, name, dtype, True) for L in (torch, jitorch))
-    _close(t_grad, j_grad, dtype, GRADIENT_RTOL.get((name, dtype)))
+def test_channels_last_input_gives_torchs_input_gradient_for_a_gradient_laid_out_as_the_result(name):
+    # (float64 alone: the layouts are the dtype's in both libraries, and its values are the stricter test)
+    (_, t_grad), (_, j_grad) = (_run(L, name, "float64", True) for L in (torch, jitorch))
+    _close(t_grad, j_grad, "float64", GRADIENT_RTOL.get((name, "float64")))
 
 
 @pytest.mark.parametrize("name", [n for n in OPS if n.removesuffix(" 3d") not in ACTIVATIONS or n in ACTIVATIONS])
