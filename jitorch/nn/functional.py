@@ -2457,10 +2457,13 @@ def rrelu(input, lower=1.0 / 8, upper=1.0 / 3, training=False, inplace=False):
         raise RuntimeError("Lower bound should be less than or equal to the upper bound")
     _check_floating(input, "rrelu_with_noise_cpu")
     if not training:
-        return leaky_relu(input, (lower + upper) / 2, inplace)
-    noise = jt.empty(tuple(input.shape), dtype=input.dtype, device=input.device).uniform_(lower, upper)
-    slope = jt.where(input <= 0, noise, 1.0).to(input.dtype)
-    return input.mul_(slope) if inplace else input * slope
+        out = leaky_relu(input, (lower + upper) / 2, inplace)
+    else:
+        noise = jt.empty(tuple(input.shape), dtype=input.dtype, device=input.device).uniform_(lower, upper)
+        slope = jt.where(input <= 0, noise, 1.0).to(input.dtype)
+        out = input.mul_(slope) if inplace else input * slope
+    # torch's rrelu_with_noise writes into a new contiguous tensor (a channels-last input's result too)
+    return out if inplace else out.contiguous()
 
 
 def rrelu_(input, lower=1.0 / 8, upper=1.0 / 3, training=False):

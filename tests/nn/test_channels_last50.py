@@ -103,6 +103,7 @@ ACTIVATIONS = {
     "maximum": lambda L, x: L.maximum(x, x.detach() * 0.5),
     "pow": lambda L, x: (x.abs() + 1) ** _channel_vector(L, x, x.ndim),
     "atan2": lambda L, x: L.atan2(x, _channel_vector(L, x, x.ndim)),
+    "rrelu eval": lambda L, x: _F(L).rrelu(x),
 }
 for _name, _fn in ACTIVATIONS.items():
     OPS[_name] = (X4, CL, _fn)
@@ -238,3 +239,13 @@ def test_in_place_activations_and_double_backward_keep_working_with_the_kernel_l
     np.testing.assert_allclose(gg.numpy(), torch.autograd.grad(tg.sum(), t)[0].numpy(), rtol=1e-5, atol=1e-7)
     z = x * 1
     assert _F(jitorch).leaky_relu_(z, 0.1) is z
+
+
+def test_rrelu_of_channels_last_input_is_contiguous_as_torchs_in_training_too():
+    # jitorch's kept the input's layout: torch's rrelu_with_noise writes into a new contiguous tensor
+    for L in (torch, jitorch):
+        x = _t(L, X4, "float32").contiguous(memory_format=L.channels_last)
+        for y in (_F(L).rrelu(x), _F(L).rrelu(x, training=True), L.nn.RReLU()(x)):
+            assert y.stride() == (192, 48, 8, 1)
+        y = x.clone()
+        assert _F(L).rrelu_(y, training=True) is y and y.stride() == x.stride()
