@@ -42,7 +42,7 @@ from jitorch.ops.registry import DISPATCH_HOOKS as _HOOKS, OPS as _OPS, cpp_name
 from jitorch.runtime import cuda_backend, fp_errors, profiling
 from jitorch.runtime.autocast_mode import STATE as _AUTOCAST
 from jitorch.ops.views import contiguous_format, format_strides, suggest_memory_format
-from jitorch.runtime.strided import contiguous_strides, is_contiguous
+from jitorch.runtime.strided import contiguous_strides, is_contiguous, iterator_strides
 
 __all__ = [
     "linear", "bilinear", "conv1d", "conv2d", "conv3d", "pad", "max_pool1d", "max_pool2d", "avg_pool1d",
@@ -196,8 +196,8 @@ def _constant_pad(x, pad, value):
     """``x`` cropped by the negative widths, then grown by the positive ones: always a new tensor, as torch's
     (a pad of zero or negative widths is a copy, not the input or a view of it, which a write would reach)."""
     dims = [(x.ndim - 1 - k, pad[2 * k], pad[2 * k + 1]) for k in range(len(pad) // 2)]
-    fmt = suggest_memory_format(x._shape, x._stride)  # (torch's constant_pad_nd keeps a channels-last layout)
-    if fmt is not contiguous_format and x.requires_grad and jt.is_grad_enabled():
+    source = x  # (torch's constant_pad_nd keeps a channels-last layout)
+    if x.requires_grad and jt.is_grad_enabled() and suggest_memory_format(x._shape, x._stride) is not contiguous_format:
         x = _GradInFormat.apply(x, None)  # (its backward is a pad of the gradient, in the gradient's format)
     for dim, left, right in dims:  # (cropped first: the last cat's result is compact, as torch's)
         if left < 0:
@@ -214,7 +214,7 @@ def _constant_pad(x, pad, value):
             parts.append(jt.full(shape, value, dtype=x.dtype, device=x.device) if width else None)
         if parts[0] is not None or parts[1] is not None:
             x = jt.cat([p for p in (parts[0], x, parts[1]) if p is not None], dim)
-    return x if fmt is contiguous_format else _laid_out_as(x, fmt)
+    return _in_format_of(source, x)
 
 
 def _pad_op(input, pad, mode="constant", value=None):
@@ -254,11 +254,10 @@ def pad(input, pad, mode="constant", value=None):
         _check_circular_pad(input, pad, k)
     else:
         _check_edge_pad(input, pad, mode, k)
-    x = input
-    for dim, left, right, _ in _padded_dims(input, pad, k):
-        x = _index_pad(x, dim, left, right, mode)
-    if mode != "circular":  # (torch's reflection and replication pads are one node that saves the input)
-        saves_also(x, (input,))
+    if mode == "circular":
+        return _pads(input, pad, mode, k)
+    x = _edge_pad(input, pad, mode, k)
+    saves_also(x, (input,))  # (torch's reflection and replication pads are one node that saves the input)
     return x
 
 
@@ -421,6 +420,13 @@ def _laid_out_as(t, fmt):
     return t if t._stride == format_strides(fmt, t.shape) else t.clone(memory_format=fmt)
 
 
+def _in_format_of(input, out):
+    """``out`` laid out in the memory format ``input`` suggests (a channels-last one: torch's kernels that
+    allocate their result in it, as ``resize_(sizes, input.suggest_memory_format())``), else ``out`` itself."""
+    fmt = suggest_memory_format(input._shape, input._stride)
+    return out if fmt is contiguous_format else _laid_out_as(out, fmt)
+
+
 def _format_rank(fmt):
     return 4 if fmt is jt.channels_last else 5
 
@@ -466,6 +472,99 @@ def _in_suggested_format(*names, formats=_same_format):
     return decorate
 
 
+class _GradAsKernel(jt.autograd.Function):
+    """The identity, whose backward lays its gradient out as torch's one backward kernel of the op allocates
+    it: with the strides ``rule(upstream, own)`` gives from the (shape, strides) of the result's gradient, as a
+    pre-hook on the result's node noted it, and of this input."""
+
+    @staticmethod
+    def forward(ctx, x, noted, rule):
+        ctx.noted, ctx.rule, ctx.geometry = noted, rule, (x._shape, x._stride)
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, g):
+        if not ctx.noted:
+            return g, None, None
+        upstream = ctx.noted[0]
+        if upstream == ctx.geometry and g._stride == upstream[1] and ctx.rule in (_grad_first, _input_first):
+            return g, None, None  # (TensorIterator's strides over operands of one layout are theirs)
+        strides = ctx.rule(upstream, ctx.geometry) or contiguous_strides(g._shape)
+        if g._stride != strides:
+            g = jt.empty_strided(g._shape, strides, dtype=g.dtype, device=g.device).copy_(g)
+        return g, None, None
+
+
+def _grad_first(upstream, own):
+    """TensorIterator's strides over (grad_output, input): most activations' backward kernels."""
+    return iterator_strides(own[0], [upstream, own], True)
+
+
+def _input_first(upstream, own):
+    """TensorIterator's strides over (input, grad_output): leaky_relu's and prelu's backward kernels (prelu's
+    weight operand, broadcast but along the channels, decides no order)."""
+    return iterator_strides(own[0], [own, upstream], True)
+
+
+def _upstream_format(upstream, own):
+    """The strides of the memory format the result's gradient suggests: the backward kernels of the upsampling
+    modes and of the pixel and channel shuffles."""
+    fmt = suggest_memory_format(*upstream)
+    return None if fmt is contiguous_format else format_strides(fmt, own[0])
+
+
+def _grad_as_kernel(rule):
+    """Decorate an op composed of ops whose torch backward is one kernel: its input's gradient gets the strides
+    ``rule`` gives (`_GradAsKernel`), not the layout the composition's last backward op gives (they differ
+    where the result's gradient is laid out otherwise than the input: a channels-last input under a contiguous
+    gradient). An in-place call's, and a contiguous input's (`_as_kernel`), is its composition's."""
+    def decorate(fn):
+        in_place = _arguments_named_inplace(fn)
+
+        @functools.wraps(fn)
+        def call(input, *args, **kwargs):
+            if in_place(args, kwargs):
+                return fn(input, *args, **kwargs)
+            return _as_kernel(rule, fn, input, *args, **kwargs)
+        return call
+    return decorate
+
+
+def _as_kernel(rule, fn, input, *args, **kwargs):
+    """``fn(input, ...)`` whose input gradient has the strides ``rule`` gives (`_grad_as_kernel`) where grad
+    mode records it and the input is not contiguous. (A contiguous input's gradient keeps its composition's
+    layout: the identity node would cost every traced graph of a contiguous network fusion across it.)"""
+    if not (input._requires_grad and jt.is_grad_enabled()) or is_contiguous(input._shape, input._stride):
+        return fn(input, *args, **kwargs)
+    noted = []
+    out = fn(_GradAsKernel.apply(input, noted, rule), *args, **kwargs)
+
+    def note(grads):
+        noted[:] = [(grads[0]._shape, grads[0]._stride)]
+    out.grad_fn.register_prehook(note)
+    return out
+
+
+def _contiguous_grad(upstream, own):
+    """Contiguous strides: torch's bicubic and 3-d nearest upsampling backward kernels'."""
+    return None
+
+
+def _arguments_named_inplace(fn):
+    """A function of a call's ``(args, kwargs)`` after the input: whether ``fn``'s ``inplace`` argument is true."""
+    params = list(inspect.signature(fn).parameters)[1:]
+    if "inplace" not in params:
+        return lambda args, kwargs: False
+    i = params.index("inplace")
+    return lambda args, kwargs: bool(args[i] if i < len(args) else kwargs.get("inplace", False))
+
+
+def _contiguous_formats(args, fmt):
+    """Contiguous results and gradients: torch's instance norm normalises ``input.contiguous()``, and its
+    unfold's gradient is col2im's new contiguous tensor."""
+    return contiguous_format, contiguous_format
+
+
 def _conv_formats(args, fmt):
     """torch's CPU convolution computes in channels-last where oneDNN runs it; its float64 3-d convolution (the
     slow path) gives contiguous results and gradients."""
@@ -475,8 +574,24 @@ def _conv_formats(args, fmt):
 
 
 def _avg_pool_formats(args, fmt):
-    """torch's CPU average pooling keeps channels_last; of channels_last_3d input it gives contiguous results."""
+    """torch's CPU average and adaptive max pooling, and 2-d max unpooling, keep channels_last; of
+    channels_last_3d input they give contiguous results and gradients."""
     return (fmt, fmt) if fmt is jt.channels_last else (contiguous_format, contiguous_format)
+
+
+def _pads(input, pad, mode, k):
+    """``input`` padded along each of its last ``k`` dims in turn by `_index_pad`."""
+    x = input
+    for dim, left, right, _ in _padded_dims(input, pad, k):
+        x = _index_pad(x, dim, left, right, mode)
+    return x
+
+
+@_in_suggested_format("input")
+def _edge_pad(input, pad, mode, k):
+    """A reflection or replication pad: torch's kernels lay out a channels-last input's result and gradient
+    channels-last (its circular pad, a composition of cats, gives contiguous ones)."""
+    return _pads(input, pad, mode, k)
 
 
 def _adaptive_avg_pool_formats(args, fmt):
@@ -1010,7 +1125,7 @@ def _adaptive_windows(size, out):
 
 
 @_saves("input")
-@_in_suggested_format("input")
+@_in_suggested_format("input", formats=_avg_pool_formats)
 def _adaptive_max_pool(input, output_size, return_indices, nd):
     name = f"adaptive_max_pool{nd}d"
     _check_output_size_dims(input, output_size, nd)
@@ -1137,6 +1252,7 @@ def _check_unpool(input, indices, out, nd):
     _check_values("unpool_indices", [indices], volume, list(out) + [1] * (nd == 1))
 
 
+@_in_suggested_format("input", formats=_avg_pool_formats)
 def _max_unpool(input, indices, kernel_size, stride, padding, output_size, nd):
     name = f"max_unpool{nd}d"
     kernel = _unpool_arg(kernel_size, nd, name, "kernel_size")
@@ -1292,10 +1408,21 @@ def interpolate(input, size=None, scale_factor=None, mode="nearest", align_corne
         raise NotImplementedError(f"\"compute_index_ranges_weights\" not implemented for '{scalar_name(input.dtype)}'")
     if mode in _LINEAR_MODES or mode == "area":
         _check_blendable(input, mode)  # in the kernels, after torch's checks of the sizes
-    if antialias or input.dtype == jt.uint8 and mode in ("bilinear", "bicubic"):
-        return antialias_resample(input, sizes, scales, mode == "bicubic", bool(align_corners), antialias)
     if mode == "area":
         return _adaptive_avg_pool(input, sizes, input.ndim - 2, f"adaptive_avg_pool{input.ndim - 2}d")
+    # torch's upsampling backward kernels write the input's gradient in the format the result's gradient
+    # suggests, the bicubic ones and the 3-d nearest ones contiguously
+    contiguous = mode == "bicubic" or input.ndim == 5 and mode in ("nearest", "nearest-exact")
+    rule = _contiguous_grad if contiguous else _upstream_format
+    return _as_kernel(rule, _upsample, input, sizes, scales, mode, align_corners, antialias)
+
+
+def _upsample(input, sizes, scales, mode, align_corners, antialias):
+    """`interpolate` of checked arguments but mode 'area', laid out in the memory format ``input`` suggests (as
+    torch's upsampling kernels)."""
+    if antialias or input.dtype == jt.uint8 and mode in ("bilinear", "bicubic"):
+        return _in_format_of(input, antialias_resample(input, sizes, scales, mode == "bicubic", bool(align_corners),
+                                                       antialias))
     out = input
     for dim, (n, m, scale) in enumerate(zip(input.shape[2:], sizes, scales), 2):
         if mode in _LINEAR_MODES:
@@ -1312,8 +1439,7 @@ def interpolate(input, size=None, scale_factor=None, mode="nearest", align_corne
         else:
             index = _nearest_index(n, m, scale, mode == "nearest-exact")
             out = out.index_select(dim, jt.tensor(index, device=input.device))
-    fmt = suggest_memory_format(input._shape, input._stride)  # (torch's upsample kernels keep channels-last input's)
-    return out if fmt is contiguous_format else _laid_out_as(out, fmt)
+    return _in_format_of(input, out)  # (torch's upsample kernels keep channels-last input's layout)
 
 
 def _check_pixel_factor(op, input, factor, what):
@@ -1323,9 +1449,12 @@ def _check_pixel_factor(op, input, factor, what):
                            f"{input.ndim} dimension(s)")
     if factor <= 0:
         raise RuntimeError(f"{op} expects a positive {what}, but got {factor}")
+    if suggest_memory_format(input._shape, input._stride) is jt.channels_last_3d:
+        raise RuntimeError("Unsupported memory format. Supports only ChannelsLast, Contiguous")
     return factor
 
 
+@_grad_as_kernel(_upstream_format)
 def pixel_shuffle(input, upscale_factor):
     """``(*, C r^2, H, W)`` to ``(*, C, H r, W r)``: each group of ``r^2`` channels becomes an ``r x r`` block."""
     r = _check_pixel_factor("pixel_shuffle", input, upscale_factor, "upscale_factor")
@@ -1337,9 +1466,10 @@ def pixel_shuffle(input, upscale_factor):
     x = input.reshape(*batch, c // (r * r), r, r, h, w)
     # (*, C, r, r, H, W) -> (*, C, H, r, W, r)
     x = x.permute(*range(b), b, b + 3, b + 1, b + 4, b + 2)
-    return x.reshape(*batch, c // (r * r), h * r, w * r)
+    return _in_format_of(input, x.reshape(*batch, c // (r * r), h * r, w * r))
 
 
+@_grad_as_kernel(_upstream_format)
 def pixel_unshuffle(input, downscale_factor):
     """``(*, C, H r, W r)`` to ``(*, C r^2, H, W)``, the inverse of ``pixel_shuffle``."""
     r = _check_pixel_factor("pixel_unshuffle", input, downscale_factor, "downscale_factor")
@@ -1352,10 +1482,11 @@ def pixel_unshuffle(input, downscale_factor):
     x = input.reshape(*batch, c, h // r, r, w // r, r)
     # (*, C, H, r, W, r) -> (*, C, r, r, H, W)
     x = x.permute(*range(b), b, b + 2, b + 4, b + 1, b + 3)
-    return x.reshape(*batch, c * r * r, h // r, w // r)
+    return _in_format_of(input, x.reshape(*batch, c * r * r, h // r, w // r))
 
 
 
+@_grad_as_kernel(_upstream_format)
 def channel_shuffle(input, groups):
     """``(N, C, *)`` with its channels read as a ``(groups, C / groups)`` grid and written transposed: the
     shuffle of ShuffleNet between grouped convolutions."""
@@ -1367,7 +1498,7 @@ def channel_shuffle(input, groups):
     n, c, *rest = input.shape
     if c % groups:
         raise RuntimeError(f"Number of channels must be divisible by groups. Got {c} channels and {groups} groups.")
-    return input.reshape(n, groups, c // groups, *rest).transpose(1, 2).reshape(input.shape)
+    return _in_format_of(input, input.reshape(n, groups, c // groups, *rest).transpose(1, 2).reshape(input.shape))
 
 
 def native_channel_shuffle(input, groups):
@@ -1409,6 +1540,7 @@ def _sliding_geometry(a):
             f"stride={a['stride']}")
 
 
+@_in_suggested_format("input", formats=_contiguous_formats)
 def unfold(input, kernel_size, dilation=1, padding=0, stride=1):
     """im2col: the sliding ``kernel_size`` blocks of ``(N, C, H, W)`` (or ``(C, H, W)``) input as the columns of
     ``(N, C * kH * kW, L)``, ``L`` the number of blocks."""
@@ -1620,6 +1752,7 @@ def group_norm(input, num_groups, weight=None, bias=None, eps=1e-5):
 
 @_saves("input")
 @not_differentiable("native_batch_norm", "running_mean", "running_var")
+@_in_suggested_format("input", formats=_contiguous_formats)
 @_computed_in_float32
 def instance_norm(input, running_mean=None, running_var=None, weight=None, bias=None, use_input_stats=True,
                   momentum=0.1, eps=1e-5):
@@ -2129,6 +2262,7 @@ def _gelu_kernel(form, dtype, backward=False):
     return eager_kernels.kernel(fn, name, dtype.np.name, 1 + backward)
 
 
+@_grad_as_kernel(_grad_first)
 def gelu(input, approximate="none"):
     """``x Phi(x)`` with the normal CDF exact (``Phi(x) = erfc(-x / sqrt(2)) / 2``) or by torch's tanh
     approximation."""
@@ -2165,6 +2299,7 @@ def _gelu(input, approximate, form, unhooked):
     return jt.Tensor._fresh(out, input.dtype)
 
 
+@_grad_as_kernel(_grad_first)
 def silu(input, inplace=False):
     """``x * sigmoid(x)``."""
     _check_floating(input, "silu_cpu")
@@ -2182,6 +2317,7 @@ def sigmoid(input):
 
 
 @_saves("input")
+@_grad_as_kernel(_input_first)
 def leaky_relu(input, negative_slope=0.01, inplace=False):
     """``x`` where positive, ``negative_slope * x`` elsewhere (the slope a Python number, as torch's kernel
     reads it: a float64 input's product is float64's)."""
@@ -2214,6 +2350,7 @@ def _log_sigmoid(input):
 
 @autocasts("softplus")
 @_saves("input")
+@_grad_as_kernel(_grad_first)
 @_computed_in_float32
 def softplus(input, beta=1.0, threshold=20.0):
     """``log(1 + exp(beta x)) / beta``, and ``x`` itself where ``beta x > threshold``."""
@@ -2239,6 +2376,7 @@ def _result(input, out, inplace):
 
 
 @_saves("input")
+@_grad_as_kernel(_grad_first)
 def _elu(input, alpha, scale, input_scale, inplace):
     """torch's elu kernel: ``scale x`` where positive, ``scale alpha (exp(input_scale x) - 1)`` elsewhere."""
     _check_floating(input, "elu_cpu")
@@ -2334,10 +2472,13 @@ def rrelu(input, lower=1.0 / 8, upper=1.0 / 3, training=False, inplace=False):
         raise RuntimeError("Lower bound should be less than or equal to the upper bound")
     _check_floating(input, "rrelu_with_noise_cpu")
     if not training:
-        return leaky_relu(input, (lower + upper) / 2, inplace)
-    noise = jt.empty(tuple(input.shape), dtype=input.dtype, device=input.device).uniform_(lower, upper)
-    slope = jt.where(input <= 0, noise, 1.0).to(input.dtype)
-    return input.mul_(slope) if inplace else input * slope
+        out = leaky_relu(input, (lower + upper) / 2, inplace)
+    else:
+        noise = jt.empty(tuple(input.shape), dtype=input.dtype, device=input.device).uniform_(lower, upper)
+        slope = jt.where(input <= 0, noise, 1.0).to(input.dtype)
+        out = input.mul_(slope) if inplace else input * slope
+    # torch's rrelu_with_noise writes into a new contiguous tensor (a channels-last input's result too)
+    return out if inplace else out.contiguous()
 
 
 def rrelu_(input, lower=1.0 / 8, upper=1.0 / 3, training=False):
@@ -2346,6 +2487,7 @@ def rrelu_(input, lower=1.0 / 8, upper=1.0 / 3, training=False):
 
 
 @_saves("input", "weight")
+@_grad_as_kernel(_input_first)
 def prelu(input, weight):
     """``x`` where positive, ``weight x`` elsewhere; ``weight`` is one slope, or one per channel (dim 1)."""
     if weight.ndim > 1:
@@ -2371,6 +2513,7 @@ def hardtanh_(input, min_val=-1.0, max_val=1.0):
 
 
 @_saves("input", in_place=False)
+@_grad_as_kernel(_grad_first)
 def hardtanh(input, min_val=-1.0, max_val=1.0, inplace=False):
     """``x`` clamped to ``[min_val, max_val]``; the gradient is 0 outside the open interval, as torch."""
     if min_val > max_val:
@@ -2389,6 +2532,7 @@ def relu6(input, inplace=False):
 
 
 @_saves("input", in_place=False)
+@_grad_as_kernel(_grad_first)
 def hardsigmoid(input, inplace=False):
     """``relu6(x + 3) / 6``."""
     _check_floating(input, "hardsigmoid_cpu")
@@ -2398,6 +2542,7 @@ def hardsigmoid(input, inplace=False):
     return input.copy_(out) if inplace else out
 
 
+@_grad_as_kernel(_grad_first)
 def hardswish(input, inplace=False):
     """``x * relu6(x + 3) / 6``."""
     _check_floating(input, "hardswish_cpu")

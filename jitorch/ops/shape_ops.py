@@ -13,7 +13,7 @@ from ..runtime import dtypes as _dt
 from ..runtime.casts import convert
 from ..runtime.device import CPU
 from ..runtime.memory_format import contiguous_format, format_strides, suggest_memory_format
-from ..runtime.strided import list_str, wrap_dim, wrap_dims
+from ..runtime.strided import like_strides, list_str, wrap_dim, wrap_dims
 from .meta import reduced_shape
 from . import functions
 from . import registry
@@ -145,15 +145,21 @@ _CAT_OVERLAP = {"resized_first": True, "overlap_skips": lambda shape: shape == (
 def _cat_strides(spec, tensors, dim):
     """cat's layout rule, torch's ``cat_compute_output_memory_format``: the memory format every input suggests
     where they all suggest one channels-last format (4-d or 5-d inputs), else contiguous (None)."""
-    if len(spec.shape) not in (4, 5):
+    return _joined_strides(spec.shape, [(t._shape, t._stride) for t in tensors])
+
+
+def _joined_strides(shape, geometries):
+    """The strides of cat's result of ``shape`` from its inputs' (shape, strides) ``geometries``: those of the
+    one channels-last format they all suggest, else None (contiguous)."""
+    if len(shape) not in (4, 5):
         return None
     fmt = None
-    for t in tensors:
-        suggested = suggest_memory_format(t._shape, t._stride)
+    for t_shape, t_stride in geometries:
+        suggested = suggest_memory_format(t_shape, t_stride)
         if suggested is contiguous_format or fmt is not None and suggested is not fmt:
             return None
         fmt = suggested
-    return format_strides(fmt, spec.shape)
+    return format_strides(fmt, shape)
 
 
 for _name in ("cat", "concat", "concatenate"):
@@ -190,8 +196,23 @@ def _stack_as_cat(tensors, dim):
     return registry.OPS["cat"], ([t.unsqueeze(wrap_dim(dim, t.ndim + 1)) for t in tensors], dim)
 
 
+def _stack_strides(spec, tensors, dim):
+    """stack's layout rule, torch's: below the inputs' rank torch's stack is their cat along ``dim`` viewed with
+    the new dim split off it (channels-last inputs keep their layout, the new dim outside ``dim``); at the end
+    it is the cat of the inputs unsqueezed there."""
+    shape = tuple(spec.shape)
+    d = wrap_dim(dim, len(shape))
+    if d == len(shape) - 1:
+        return _joined_strides(shape, [(t._shape + (1,), t._stride + (1,)) for t in tensors])
+    joined = _joined_strides(shape[:d] + (shape[d] * shape[d + 1],) + shape[d + 2:],
+                             [(t._shape, t._stride) for t in tensors])
+    if joined is None:
+        return None
+    return joined[:d] + (shape[d + 1] * joined[d], joined[d]) + joined[d + 1:]
+
+
 defop("stack(Tensor[] tensors, int dim=0) -> Tensor", meta=_stack_meta, cpu=_stack_cpu, kind="shape",
-      variants=("function", "out"),
+      variants=("function", "out"), layout=_stack_strides,
       overlap_as=_stack_as_cat, doc="Join tensors of one shape along a new dim ``dim``; dtypes promote.")
 
 
@@ -258,7 +279,8 @@ def _flip_cpu(spec, x, dims):
 
 
 defop("flip(Tensor self, int[] dims) -> Tensor", meta=_flip_meta, cpu=_flip_cpu, kind="shape",
-      variants=("function", "method", "out"), doc="A copy with the order of elements reversed along ``dims``.")
+      variants=("function", "method", "out"), layout=registry.preserved_strides,  # (torch's empty_like(self))
+      doc="A copy with the order of elements reversed along ``dims``.")
 
 
 def _flipper(min_ndim, dim):
@@ -293,8 +315,23 @@ def _roll_cpu(spec, x, shifts, dims):
     return np.roll(x, shifts, axis=tuple(d % x.ndim for d in dims))
 
 
+def _roll_strides(spec, x, shifts, dims):
+    """roll's layout rule, torch's: an empty tensor's roll is its clone (preserve_format); one without ``dims``
+    rolls the flattened tensor (contiguous); one along ``dims`` is the cat of two narrows of ``x`` along the
+    first (cat's rule on their geometry), and the later dims roll that result, which keeps its layout."""
+    if x.numel() == 0:
+        return like_strides(x._shape, x._stride)
+    if not dims:
+        return None
+    d = wrap_dim(dims[0], x.ndim)
+    size = x._shape[d]
+    start = (size - shifts[0]) % size
+    return _joined_strides(tuple(spec.shape), [(x._shape[:d] + (n,) + x._shape[d + 1:], x._stride)
+                                               for n in (size - start, start)])
+
+
 defop("roll(Tensor self, int[] shifts, int[] dims=()) -> Tensor", meta=_roll_meta, cpu=_roll_cpu, kind="shape",
-      variants=("function", "method", "out"),
+      variants=("function", "method", "out"), layout=_roll_strides,
       doc="Shift elements circularly by ``shifts`` along ``dims``; without dims, over the flattened tensor.")
 
 

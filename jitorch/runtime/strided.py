@@ -296,13 +296,14 @@ def channels_last_strides(shape):
 def is_strides_like_channels_last(shape, strides):
     """torch's ``is_channels_last_strides_2d`` / ``_3d`` (what ``suggest_memory_format`` asks): whether the dims,
     channels first, step outward in channels-last order. A zero channel stride, and a batch stride equal to the
-    channel stride (``N111`` tensors), count as contiguous, torch's fallback where the strides are ambiguous."""
+    channel stride (``N111`` tensors), and an empty dim, count as contiguous, torch's fallback where the strides
+    are ambiguous."""
     order = CHANNELS_LAST_ORDER.get(len(shape))
     if order is None or strides[1] == 0:
         return False
     low = 0
     for d in order:
-        if strides[d] < low or d == 0 and low == strides[1]:
+        if shape[d] == 0 or strides[d] < low or d == 0 and low == strides[1]:
             return False
         low = strides[d] * shape[d] if shape[d] > 1 else strides[d]
     return True
