@@ -4,10 +4,10 @@ partial results into the result, in its dtype and shape, in one ctypes call.
 A 16M float32 sum's kernel streams 64 MB, which evicts the caches: the NumPy reduction over its 16 partials
 that combined them took 46 µs there (2 µs warm), and the cast, reshape and wrapping after it as much again,
 out of a call 5-10% slower than torch's sum whose kernel was 5-10% faster. This kernel folds the partials
-left to right with the reduction's own lowering (`lowering.Reduction`: its ``enter``, ``combine``, ``leave``
-and ``finish``, so NaN, integer wrap-around and a mean's division are the kernel's own), casts the total by
-the cast table and stores it: a defined order that depends neither on the thread count (the parts are fixed)
-nor on NumPy's version.
+(a sum's in NumPy's pairwise order, as before: the same bits; the others left to right) with the reduction's
+own lowering (`lowering.Reduction`: its ``enter``, ``combine``, ``leave`` and ``finish``, so NaN, integer
+wrap-around and a mean's division are the kernel's own), casts the total by the cast table and stores it: a defined order that depends neither on the thread count (the parts are fixed)
+nor on NumPy's version (NumPy 2.4's pairwise sum of 16 float32 or float64 values is this one).
 """
 
 from __future__ import annotations
@@ -23,10 +23,19 @@ from .emitter import I64, Emitter, llvm_type
 from .target import CPU
 
 
+# The sums whose partials fold in NumPy's pairwise order (`combine_ir`), in lanes of this many; the other
+# reductions fold left to right (a product as np.multiply.reduce did; max, min and integer sums in any order).
+PAIRWISE = ("sum", "mean")
+LANES = 8
+PAIRWISE_MAX = 128
+
+
 def combine_ir(parts, reduction, count, compute, out_dtype, name):
     """The LLVM module text of ``name(args, lo, hi)``: ``args[0]`` points to ``parts`` partial results of
     ``reduction`` (an op's name) in ``compute``, ``args[1]`` to the result, of ``out_dtype``, over ``count``
     elements."""
+    if parts > PAIRWISE_MAX:
+        raise ValueError(f"{parts} partial results: the combine folds at most {PAIRWISE_MAX}")
     lowering = registry.OPS[reduction].pieces["lowering"]
     acc_dtype = lowering.accumulator(compute, out_dtype)
     module = ir.Module(name=name)
@@ -41,9 +50,21 @@ def combine_ir(parts, reduction, count, compute, out_dtype, name):
     def item(i):
         return lowering.enter(e, e.load(b.gep(partials, [I64(i)]), compute), compute, acc_dtype)
 
-    acc = item(0)
-    for i in range(1, parts):
-        acc = lowering.combine(e, acc, item(i))
+    fold = lambda a, b: lowering.combine(e, a, b)  # noqa: E731
+    if reduction in PAIRWISE and parts >= LANES:
+        # NumPy's pairwise order for a run of at most 128 (what np.add.reduce gave these partials before):
+        # eight lanes over the whole blocks of eight, a tree over the lanes, then the rest one by one
+        whole = parts - parts % LANES
+        lanes = [item(j) for j in range(LANES)]
+        for i in range(LANES, whole, LANES):
+            lanes = [fold(lane, item(i + j)) for j, lane in enumerate(lanes)]
+        while len(lanes) > 1:
+            lanes = [fold(lanes[j], lanes[j + 1]) for j in range(0, len(lanes), 2)]
+        acc, rest = lanes[0], range(whole, parts)
+    else:
+        acc, rest = item(0), range(1, parts)
+    for i in rest:
+        acc = fold(acc, item(i))
     total = lowering.leave(e, acc, compute)
     if lowering.finish is not None:
         total = lowering.finish(e, total, count)

@@ -66,25 +66,40 @@ def test_split_integer_and_bool_sums_are_int64_and_exact(dtype):
     assert got.item() == want.item()
 
 
+def _pairwise(partials):
+    """NumPy's pairwise sum of 16 values (what np.add.reduce gave the partials before), step by step."""
+    lanes = [partials[j] + partials[j + 8] for j in range(8)]
+    while len(lanes) > 1:
+        lanes = [lanes[j] + lanes[j + 1] for j in range(0, len(lanes), 2)]
+    return lanes[0]
+
+
+def _left_to_right(partials):
+    total = partials[0]
+    for p in partials[1:]:
+        total = total * p
+    return total
+
+
 @pytest.mark.parametrize("threads", ["1", "2"])
-def test_split_sum_folds_the_kernels_partials_left_to_right(threads, monkeypatch):
-    """The defined order: the kernel's fixed parts, then their partials from the first to the last (in float32),
-    and the mean divides that total by the count in float32."""
+@pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=str)
+def test_split_sum_folds_the_kernels_partials_in_numpys_pairwise_order(threads, dtype, monkeypatch):
+    """The defined order: the kernel's fixed parts, then their partials as NumPy's pairwise sum adds 16 (the bits
+    the NumPy combine gave), the mean dividing that total by the count; a product's partials left to right."""
     monkeypatch.setenv("JITORCH_NUM_THREADS", threads)
-    values = np.random.default_rng(7).standard_normal(N).astype(np.float32) * 1000
-    x = jt.tensor(values)
-    for fn, divide in ((lambda t: t.sum(), False), (lambda t: t.mean(), True)):
+    values = np.random.default_rng(7).standard_normal(N).astype(dtype)
+    x = jt.tensor(values * 1000)
+    for fn, order, divide in ((lambda t: t.sum(), _pairwise, False), (lambda t: t.mean(), _pairwise, True),
+                              (lambda t: (t * 1e-6 + 1).prod(), _left_to_right, False)):
         compiled = jt.compile(fn)
         got = compiled(x).numpy()
         (arena,) = _executable(compiled)._arenas
         partials = arena.buffers[-1]
-        assert partials.shape == (CpuTarget.split_parts,) and partials.dtype == np.float32
-        total = partials[0]
-        for p in partials[1:]:
-            total = np.float32(total + p)
+        assert partials.shape == (CpuTarget.split_parts,) == (16,) and partials.dtype == dtype
+        total = order(list(partials))
         if divide:
-            total = np.float32(total / np.float32(N))
-        assert got.tobytes() == np.float32(total).tobytes()
+            total = total / dtype(N)
+        assert got.tobytes() == np.asarray(total, dtype).tobytes()
 
 
 def test_split_reductions_have_the_same_bits_at_one_and_two_threads(monkeypatch):
