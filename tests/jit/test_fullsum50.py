@@ -137,3 +137,21 @@ def test_calls_at_once_of_a_split_sum_keep_their_own_partials():
         w.join()
     assert errors == []
     assert len(_executable(compiled)._arenas) >= 1
+
+
+@pytest.mark.parametrize("fn, atol", [(lambda x, y: (x @ y).sum(), 0.1), (lambda x, y: (x @ y).t().sum(), 0.1),
+                                      (lambda x, y: (x @ y).reshape(-1)[7:].mean(), 1e-6)],
+                         ids=["product", "transposed", "view"])
+def test_split_sum_of_an_eager_steps_result_reads_it_compact(fn, atol):
+    """The split kernel's argument patching is any kernel's: a product's result (an eager step's, or a view of it)
+    is made compact before the kernel reads it."""
+    rng = np.random.default_rng(10)
+    a, b = rng.standard_normal((512, 64)).astype(np.float32), rng.standard_normal((64, 1024)).astype(np.float32)
+    compiled = jt.compile(fn)
+    got = compiled(jt.tensor(a), jt.tensor(b))
+    steps = [s for s in _executable(compiled).steps if getattr(s, "combine", None) is not None]
+    assert len(steps) == 1 and steps[0].eager_made
+    # (2**19 products of about 8 in size summed to about 100 in float32, in other orders: atol, no rtol)
+    want = fn(torch.from_numpy(a).double(), torch.from_numpy(b).double()).numpy()
+    np.testing.assert_allclose(got.numpy(), want, rtol=0, atol=atol)
+    np.testing.assert_allclose(got.numpy(), fn(jt.tensor(a), jt.tensor(b)).numpy(), rtol=0, atol=atol)
