@@ -120,8 +120,9 @@ def fma_loop(b, lo, hi, zero, rows, vecs, operands, contract=True):
 
 
 class Split(NamedTuple):
-    """A full reduction computed in ``parts`` partial results, which the caller combines: ``reduction``'s
-    name, the ``count`` of elements reduced (a mean divides by it), the partials' ``dtype``."""
+    """A full reduction computed in ``parts`` partial results, which the caller combines (on the CPU,
+    `split_combine`'s kernel, in the generated call's next line): ``reduction``'s name, the ``count`` of
+    elements reduced (a mean divides by it), the partials' ``dtype``."""
 
     parts: int
     reduction: str

@@ -64,7 +64,6 @@ from ..ops.linalg import SPLIT_MIN_WORK
 from ..ops.views import compact
 from ..runtime import allocator
 from ..runtime import dtypes as _dt
-from ..runtime.casts import convert
 from ..runtime.storage import Storage
 from ..runtime.strided import contiguous_strides
 from ..tensor import Tensor
@@ -75,6 +74,7 @@ from ..runtime.pytree import tree_leaves, tree_map
 from ..codegen import attention, cpu, mathlib, recurrence, rows, scatter, windows  # noqa: F401
 from ..codegen.kernel import RESHAPES, CompileError, build_many, build_shared, built_or_refused, composes, \
     gather_checks, is_row_softmax, row_softmax_of
+from ..codegen.split_combine import combine_entry
 from ..codegen.straightline import Source
 from ..codegen.lowering import kind_of
 
@@ -109,6 +109,14 @@ class KernelStep:
         self.inputs = kernel.source.inputs
         self.outputs = kernel.source.outputs
         self.args_type = ctypes.c_void_p * (len(self.inputs) + len(self.outputs))
+        split = kernel.source.split
+        if split is not None:
+            # A full reduction in parts: the partials' address (the kernel's output argument) and the result's
+            # follow the inputs' in the argument array; the combining kernel (`split_combine`) reads the array
+            # from the partials on and writes the result, so that no NumPy call follows the kernel.
+            (out,) = self.outputs
+            self.combine, self._combine_code = combine_entry(*split, out.type.dtype)
+            self.args_type = ctypes.c_void_p * (len(self.inputs) + 2)
         # filled in by the plan: which arguments change per call
         self.dynamic_inputs = []   # (argument index, value)
         self.fresh_outputs = []    # (argument index, value, its strides)
@@ -128,20 +136,26 @@ class KernelStep:
         return self.outputs
 
     def bind(self, arena):
-        """This kernel's argument array over ``arena``'s buffers (per-call slots left empty)."""
-        return self.args_type(*[arena.address(v) for v in (*self.inputs, *self.outputs)])
+        """This kernel's argument array over ``arena``'s buffers (per-call slots left empty); a split
+        reduction's partials are a buffer of the arena's own."""
+        args = self.args_type(*[arena.address(v) for v in (*self.inputs, *self.outputs)])
+        split = self.kernel.source.split
+        if split is not None:
+            partials = np.empty(split.parts, split.dtype.np)
+            arena.buffers.append(partials)
+            args[len(self.inputs)] = _address(partials)
+        return args
 
     def emit(self, src, indent):
         """This step's lines of the generated call (see `straightline`): its argument array patched
         with the addresses that change per call, then the kernel."""
         for v, check in self.checks:
             src.emit(f"_check_gather(env[{src.name(v, 'v')}], *{src.name(check, 'g')})", indent)
-        split = self.kernel.source.split
-        if split is not None:
-            src.emit(f"{src.name(self, 'step')}._run_split(env)", indent)
-            return
         self.emit_arguments(src, indent)
         self.emit_call(src, indent)
+        if self.kernel.source.split is not None:
+            offset = ctypes.sizeof(ctypes.c_void_p) * len(self.inputs)
+            src.emit(f"{src.name(self.combine, 'fn')}(_addressof(a) + {offset}, 0, 1)", indent)
 
     def emit_arguments(self, src, indent, tag=""):
         """The lines that patch this step's argument array (``a``) with the addresses that change per call;
@@ -215,27 +229,6 @@ class KernelStep:
         else:
             src.emit(_call(src, self.kernel), indent)
 
-    def _run_split(self, env):
-        """A full reduction computed in parts: combine the partial results here."""
-        parts, name, count, acc_dtype = self.kernel.source.split
-        partials = np.empty(parts, acc_dtype.np)
-        addresses = []
-        for v in self.inputs:
-            t = env[v]
-            if v in self.views:
-                strides, offset, size = self.views[v]
-                t = _strided(t, strides, offset, size)
-                addresses.append(t._storage.data_ptr() + offset * v.type.dtype.itemsize)
-            else:
-                addresses.append((compact(t) if v in self.eager_made else t)._storage.data_ptr())
-        self.kernel(self.args_type(*addresses, _address(partials)))
-        total = _COMBINE[name](partials)
-        if name == "mean":
-            total = total / acc_dtype.np.type(count)
-        (out,) = self.outputs
-        env[out] = Tensor._from_array(convert(total, out.type.dtype.np).reshape(out.type.shape),
-                                      out.type.dtype)
-
     def __repr__(self):
         return repr(self.kernel)
 
@@ -249,11 +242,6 @@ def _call(src, kernel):
     if kernel.parallel:
         return f"{src.name(kernel, 'kernel')}(a)"
     return f"{src.name(kernel.fn, 'fn')}(a, 0, {kernel.outer})"
-
-
-# How the parts of a split full reduction combine (NaN propagates through max and min, as in the kernel).
-_COMBINE = {"sum": np.add.reduce, "mean": np.add.reduce, "prod": np.multiply.reduce, "amax": np.maximum.reduce,
-            "amin": np.minimum.reduce, "max": np.maximum.reduce, "min": np.minimum.reduce}
 
 
 def _blas_product(node):
@@ -752,6 +740,8 @@ class Plan:
                 step.dynamic_inputs = [(i, v) for i, v in enumerate(step.inputs) if v not in self.slots]
                 step.fresh_outputs = [(i, v, _strides(v, layouts)) for i, v in enumerate(args)
                                       if i >= len(step.inputs) and v not in self.slots and v not in self.inplace]
+                if step.kernel.source.split is not None:  # (its result's address follows the partials': `bind`)
+                    step.fresh_outputs = [(i + 1, v, strides) for i, v, strides in step.fresh_outputs]
                 step.inplace_outputs = [(i, v, self.inplace[v]) for i, v in enumerate(args)
                                         if i >= len(step.inputs) and v in self.inplace]
 
@@ -1237,7 +1227,7 @@ class CompiledGraph:
         """The storages of `Graph.output_layouts` whose layout the plan does not make eager's by itself:
         all but the single outputs a kernel writes in new memory with eager's strides, each returned once."""
         leaves = tree_leaves(self.graph.outputs)
-        fresh = {v: strides for step in self.steps if type(step) is KernelStep and step.kernel.source.split is None
+        fresh = {v: strides for step in self.steps if type(step) is KernelStep
                  for _, v, strides in step.fresh_outputs}
         returned = [leaves[k] for _, members in self.graph.output_layouts for k, _, _ in members]
         checked = []
@@ -1471,7 +1461,7 @@ class CompiledGraph:
             self.runs = kernel_runs(self.steps, _joins_run)
         runs = [u for u in self.runs if type(u) is KernelRun]
         src.namespace.update(_np_empty=np.empty, _pool_empty=allocator.empty, _track=allocator.track,
-                             _make=Tensor._make, _Storage=Storage, _address=_address, _compact=compact,
+                             _addressof=ctypes.addressof, _make=Tensor._make, _Storage=Storage, _address=_address, _compact=compact,
                              _fresh=_fresh, _no_grad=no_grad, _refresh=refresh_captured_state,
                              _arenas=self._arenas, _Arena=Arena, _plan=self.plan, _steps=self.steps,
                              _runs=runs, _step_program=cpu.step_program() if runs else None,
