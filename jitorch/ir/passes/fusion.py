@@ -328,6 +328,13 @@ SHARED_LOOP_OPS = ("sum", "mean", "nansum", "amax", "amin", "prod")
 SHARED_REDUCTIONS = True
 
 
+# Whether row reductions (`row_reduction`) of which one reads another's result (a layer norm's variance, the
+# sum of ``(x - mean)**2``, after its mean) join one group, whose kernel reduces each row by each in turn, the
+# later ones reading the earlier ones' results (`dependent_reductions`); benchmarks/multiout.py
+# (--forms 50) compares the steps built with and without.
+DEPENDENT_ROW_REDUCTIONS = True
+
+
 def same_reduction(a, b):
     """Whether reduction nodes ``a`` and ``b`` may share a kernel: both of `SHARED_LOOP_OPS`, over one input
     shape, reducing the same dims to the same output shape, which holds more than one element (a full reduction's
@@ -734,11 +741,12 @@ class _Partition:
         The input side (`reduction_sides`: what the reductions depend on and their siblings) runs over the
         reductions' input, the epilogue over their output after the reduction loop, where input-side values
         are gone. No reduction of several may depend on another (`dependent_reductions`)."""
-        if len(reds) > 1 and dependent_reductions(reds, nodes, self.reads.__getitem__):
-            return None
         red = reds[0]
-        pro, _, rows = reduction_sides(reds, nodes, self.reads.__getitem__, self.users_of)
         in_space, out_space = _shape(red.args[0]), _shape(red.outputs[0])
+        if len(reds) > 1 and dependent_reductions(reds, nodes, self.reads.__getitem__) \
+                and not (DEPENDENT_ROW_REDUCTIONS and row_reduction(in_space, out_space)):
+            return None
+        pro, _, rows = reduction_sides(reds, nodes, self.reads.__getitem__, self.users_of)
         if not self.prologue_outputs and any(v.node in pro for v in escaping):
             return None
         if (prod(out_space) == 1 or not REDUCTION_SIBLINGS) and pro - self.feeding(reds, pro):
