@@ -962,7 +962,7 @@ def build_reduction(group, name, target=None, aliases=None, layouts=None):
         written.update(inline[a])
     sibling_outs = [o for o in pro_outs if o not in written]
     # the reductions' results that later reductions' prologues read (none but in a group of dependent ones)
-    read_later = {v for a in accs for n in _upstream(a.node, bld) for v in _args(n) if v.node in reds}
+    read_later = {v for a in accs for n in (a.node, *_upstream(a.node, bld)) for v in _args(n) if v.node in reds}
     half = _carries_float16(bld)
 
     def streamed(a):

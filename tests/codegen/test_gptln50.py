@@ -212,3 +212,16 @@ def test_the_emulated_gpu_agrees_with_the_cpu(fn, sizes):
         gpu = [t.cpu().numpy() for t in (out if isinstance(out, tuple) else (out,))]
     for a, b in zip(gpu, cpu):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-4)
+
+
+def test_a_row_reduction_of_another_ones_result_over_rows_of_one_element():
+    """Over rows of one element a reduction's output has its input's shape, so one may reduce another's result
+    directly (``y.sum(-1, keepdim=True)``, no op between): the later loop reads the earlier result too."""
+    def fn(x):
+        y = x.sum(-1, keepdim=True)
+        return (y * 2).sum(-1, keepdim=True), y.sum(-1, keepdim=True) + 1
+    (x,) = data((7, 1), seed=8)
+    (ops,) = kernel_ops(fn, x)
+    assert ops.count("sum") == 3
+    for a, want in zip(bits_as_apart(fn, x), fn(x)):
+        np.testing.assert_array_equal(a, want.numpy())
