@@ -772,7 +772,8 @@ def build_reduction(group, name, target=None, aliases=None, layouts=None):
     its bits (a float sum may reassociate, and LLVM's choice of lanes for one loop of two sums need not be its
     choice for one); then the epilogue and the row epilogue, which read all the results. Where a later one reads
     an earlier one's result (a layer norm's variance its mean: row reductions only, `reductions_of`), its loop
-    reads that result from a register, as its kernel alone would have read it from memory."""
+    reads that result from a register, as its kernel alone would have read it from memory (a value that kernels
+    apart passed through memory and this one need not write leaves the loop that wrote it a streamed run)."""
     reds = reductions_of(group)
     red = reds[0]
     x = red.args[0]

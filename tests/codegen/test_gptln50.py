@@ -2,9 +2,12 @@
 residual add, mean, variance (the sum of ``(x - mean)**2``) and normalising pass, was two kernels (the add and the
 mean, then the variance and the row pass), now one, whose variance loop reads the mean from a register
 (`fusion.DEPENDENT_ROW_REDUCTIONS`, `kernel.build_reduction`). Each reduction keeps the loop it had in its own
-kernel, so every result has the bits of the two kernels, which the tests check bit for bit (here and for the
-x86-64-v2 baseline: ``JITORCH_CPU=x86-64-v2``, which `.ci/variants` runs this file under); then against eager and
-torch, float32 and float64, forward and gradients; on the emulated GPU; and the PTX through ptxas."""
+kernel where it writes the same values there (a value the separate kernels passed through memory and the one
+kernel does not write lets the loop that wrote it become a streamed run, which sums in another order:
+tests/jit/test_cmodel45.py), so these results have the bits of the separate kernels, which the tests check bit
+for bit (here and for the x86-64-v2 baseline: ``JITORCH_CPU=x86-64-v2``, which `.ci/variants` runs this file
+under); then against eager and torch, float32 and float64, forward and gradients; on the emulated GPU; and the
+PTX through ptxas."""
 
 from __future__ import annotations
 
