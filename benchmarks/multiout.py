@@ -1,12 +1,13 @@
 """Reduction groups with more than one kind of output (issue 19): a compiled training step's kernels and the bytes
 they move and write, and its time, with the forms against without.
 
-    python benchmarks/multiout.py [--forms 47|48|49] [--models gpt-4x128,gpt-6x384,lstm] [--steps 5] [--reps 11]
+    python benchmarks/multiout.py [--forms 47|48|49|50] [--models gpt-4x128,gpt-6x384,lstm] [--steps 5] [--reps 11]
                                   [--threads 1,2] [--graphs] [--system "jitorch.compile(model)"]
 
 ``--forms 47`` (the default): siblings and row epilogues. "With" is fusion as it is; "without" sets
 `fusion.REDUCTION_SIBLINGS` False and `fusion.ROW_EPILOGUE_MAX` 0 while the step compiles (its first calls), which
-gives the groups fusion made before either existed. ``--forms 48``: several reductions over one space in one
+gives the groups fusion made before either existed. ``--forms 50``: row reductions of which one reads another's
+result (a layer norm's mean and variance) in one kernel; "without" sets `fusion.DEPENDENT_ROW_REDUCTIONS` False. ``--forms 48``: several reductions over one space in one
 kernel; "without" sets `fusion.SHARED_REDUCTIONS` and `simplify.BROADCAST_READS` False (no shared reductions, and
 a mean's backward ``expand`` read as a view: the steps built before session 48). Both steps are built in this
 process with the fusion plan cache out of the way (`plan_cache.MIN_NODES`: every graph fused anew, or the second
@@ -56,7 +57,8 @@ from step_profile import with_over_without  # noqa: E402
 FORMS = {"47": [(fusion, "REDUCTION_SIBLINGS", False), (fusion, "ROW_EPILOGUE_MAX", 0)],
          "48": [(fusion, "SHARED_REDUCTIONS", False), (simplify, "BROADCAST_READS", False)],
          "49": [(fusion, "UNTIED_PRODUCTS", False), (fusion, "UNTIED_REDUCTIONS", False),
-                (fusion, "MERGE_REPEATS", False)]}
+                (fusion, "MERGE_REPEATS", False)],
+         "50": [(fusion, "DEPENDENT_ROW_REDUCTIONS", False)]}
 
 
 @contextlib.contextmanager
@@ -227,7 +229,7 @@ def graph_calls(fn, shapes, threads, forms="47"):
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--forms", default="47", choices=sorted(FORMS), help="whose forms: session 47's, 48's or 49's")
+    p.add_argument("--forms", default="47", choices=sorted(FORMS), help="whose forms: session 47's, 48's, 49's or 50's")
     p.add_argument("--models", default="gpt-4x128,gpt-6x384,lstm")
     p.add_argument("--steps", type=int, default=5)
     p.add_argument("--reps", type=int, default=11)

@@ -47,7 +47,7 @@ from llvmlite import ir
 from ..ir import lowerable
 from ..ir.fake import fake_args, fake_tensor
 from ..ir.graph import TensorType, Value, iter_values
-from ..ir.passes.fusion import Group, dependent_reductions, reduction_sides, same_reduction
+from ..ir.passes.fusion import Group, dependent_reductions, reduction_sides, row_reduction, same_reduction
 from ..ops import registry
 from ..ops.pointwise_base import reads_unrounded, rounding_dtype
 from ..runtime import dtypes as _dt
@@ -755,8 +755,9 @@ def reductions_of(group):
         if bad:
             raise CompileError(f"{bad[0].op.name} over {list(bad[0].args[0].type.shape)} cannot share a loop with "
                                f"{reds[0].op.name} over {list(reds[0].args[0].type.shape)}")
-        if dependent_reductions(reds, group.nodes):
-            raise CompileError("a reduction group whose reductions depend on each other")
+        if dependent_reductions(reds, group.nodes) and not row_reduction(tuple(reds[0].args[0].type.shape),
+                                                                          tuple(reds[0].outputs[0].type.shape)):
+            raise CompileError("a reduction group whose reductions depend on each other, not row reductions")
     return reds
 
 
@@ -770,7 +771,10 @@ def build_reduction(group, name, target=None, aliases=None, layouts=None):
     are inside, in one loop each over the row, one after the other (the first reads the row from memory, the
     others from cache), each the loop the reduction has alone, which LLVM vectorises alike, so each sum keeps
     its bits (a float sum may reassociate, and LLVM's choice of lanes for one loop of two sums need not be its
-    choice for one); then the epilogue and the row epilogue, which read all the results."""
+    choice for one); then the epilogue and the row epilogue, which read all the results. Where a later one reads
+    an earlier one's result (a layer norm's variance its mean: row reductions only, `reductions_of`), its loop
+    reads that result from a register, as its kernel alone would have read it from memory (a value that kernels
+    apart passed through memory and this one need not write leaves the loop that wrote it a streamed run)."""
     reds = reductions_of(group)
     red = reds[0]
     x = red.args[0]
@@ -886,11 +890,12 @@ def build_reduction(group, name, target=None, aliases=None, layouts=None):
             off = bld.offset(b, kidx + ridx, list(pro_kept[out]) + list(pro_red[out]), 0)
             e.store(bld.evaluate(e, out, memo, load), b.gep(ptr[out], [off]))
 
-    def reduce_item(b, kidx, ridx, slots, outs, which=None):
+    def reduce_item(b, kidx, ridx, slots, outs, which=None, known=None):
         """Fold the prologue's values at (kidx, ridx) into the ``slots`` of the reductions ``which`` (all by
-        default); write the input side's outputs ``outs`` there."""
+        default); write the input side's outputs ``outs`` there. ``known``: earlier reductions' results at
+        ``kidx`` (value -> Scalar) that the prologue reads."""
         load = loader(b, kidx, ridx)
-        memo = {}
+        memo = dict(known or {})
         for a, slot in zip(which or accs, slots):
             item = a.lowering.enter(e, bld.evaluate(e, a.x, memo, load), a.compute, a.dtype)
             if index_of is None:
@@ -912,14 +917,12 @@ def build_reduction(group, name, target=None, aliases=None, layouts=None):
         memo = {}
         for i, a in enumerate(accs):
             total = a.lowering.leave(e, e.load(slots[i], a.dtype), a.compute) if totals is None else totals[i]
-            if a.lowering.finish is not None:
-                total = a.lowering.finish(e, total, count)
             if index_of is None:
-                memo[a.out] = e.cast(total, a.out.type.dtype)
+                memo[a.out] = result(a, total)
             else:  # the index is the last output (argmax's only one), the values the first (max.dim's)
                 memo[red.outputs[-1]] = Scalar(b.load(index_of[slots[i]]), _dt.int64)
                 if len(red.outputs) > 1:
-                    memo[a.out] = e.cast(total, a.out.type.dtype)
+                    memo[a.out] = result(a, total)
 
         def load_outer(v):
             return bld.read(e, b, ptr, v, bld.offset(b, kidx, outer_strides[v], bld.geometry[v][3]), load_outer)
@@ -932,15 +935,21 @@ def build_reduction(group, name, target=None, aliases=None, layouts=None):
             bld.target.map_loops(bld, b, r_sizes, lambda b, ridx: store_at(
                 b, kidx, ridx, list(second) + row_outs, dict(memo), loader(b, kidx, ridx)))
 
+    def result(a, total):
+        """Reduction ``a``'s result from its ``total`` (in its compute dtype), in its output's dtype."""
+        if a.lowering.finish is not None:
+            total = a.lowering.finish(e, total, count)
+        return e.cast(total, a.out.type.dtype)
+
     def start(b, a, slot):
         e.store(a.identity, slot)
         if index_of is not None:
             b.store(I64(0), index_of[slot])
 
-    def element(b, a, kidx, j):
+    def element(b, a, kidx, j, known=None):
         """Reduction ``a``'s prologue value at kept index ``kidx`` and flat reduced index ``j``, in its compute
-        dtype."""
-        return e.cast(bld.evaluate(e, a.x, {}, loader(b, kidx, [j])), a.compute)
+        dtype; ``known`` as `reduce_item`'s."""
+        return e.cast(bld.evaluate(e, a.x, dict(known or {}), loader(b, kidx, [j])), a.compute)
 
     # Where the reduced dims are inside (each kept index's row reduced in turn), the siblings' outputs (values of
     # the input side that the reductions do not read) are written in the row's second pass, with the row
@@ -954,6 +963,8 @@ def build_reduction(group, name, target=None, aliases=None, layouts=None):
         inline[a] = [o for o in pro_outs if o.node in feeding and o not in written]
         written.update(inline[a])
     sibling_outs = [o for o in pro_outs if o not in written]
+    # the reductions' results that later reductions' prologues read (none but in a group of dependent ones)
+    read_later = {v for a in accs for n in (a.node, *_upstream(a.node, bld)) for v in _args(n) if v.node in reds}
     half = _carries_float16(bld)
 
     def streamed(a):
@@ -965,10 +976,11 @@ def build_reduction(group, name, target=None, aliases=None, layouts=None):
         extremum = EXTREMA.get(a.lowering) if run and a.compute in EXTREMUM_DTYPES and not half else None
         return run, extremum
 
-    def reduce_run(b, a, kidx, lo, hi, count, extremum):
+    def reduce_run(b, a, kidx, lo, hi, count, extremum, known=None):
         """Reduction ``a`` (in its compute dtype) of the run's elements [lo, hi) (``count`` of them, or at most
-        so many) at kept index ``kidx``: one accumulator per stream, combined at the end."""
-        value = lambda b, j: element(b, a, kidx, j)  # noqa: E731
+        so many) at kept index ``kidx``: one accumulator per stream, combined at the end; ``known`` as
+        `reduce_item`'s."""
+        value = lambda b, j: element(b, a, kidx, j, known)  # noqa: E731
         if extremum is not None:
             return float_extremum(b, extremum, a.compute, lo, hi, value, count)
         streams = streams_for(count)
@@ -988,16 +1000,19 @@ def build_reduction(group, name, target=None, aliases=None, layouts=None):
         return a.lowering.leave(e, total, a.compute)
 
     def kept_body(b, kidx):
-        totals = []
-        for a in accs:  # (one loop over the row each: see the docstring)
+        totals, known = [], {}
+        for a in accs:  # (one loop over the row each, in dataflow order: see the docstring)
             use, extremum = streamed(a)
             if use:
-                totals.append(reduce_run(b, a, kidx, I64(0), I64(r_sizes[0]), r_sizes[0], extremum))
-                continue
-            start(b, a, a.slot)
-            bld.target.reduce_loops(bld, b, e, r_sizes, lambda b, ridx, slot, a=a: reduce_item(
-                b, kidx, ridx, [slot], inline[a], [a]), a.slot, a.dtype, a.lowering.combine, a.identity)
-            totals.append(a.lowering.leave(e, e.load(a.slot, a.dtype), a.compute))
+                totals.append(reduce_run(b, a, kidx, I64(0), I64(r_sizes[0]), r_sizes[0], extremum, known))
+            else:
+                start(b, a, a.slot)
+                bld.target.reduce_loops(bld, b, e, r_sizes, lambda b, ridx, slot, a=a: reduce_item(
+                    b, kidx, ridx, [slot], inline[a], [a], dict(known)), a.slot, a.dtype, a.lowering.combine,
+                    a.identity)
+                totals.append(a.lowering.leave(e, e.load(a.slot, a.dtype), a.compute))
+            if index_of is None and a.out in read_later:
+                known[a.out] = result(a, totals[-1])
         results(b, kidx, [a.slot for a in accs], totals, second=sibling_outs)
 
     n = prod(in_shape)

@@ -63,14 +63,17 @@ def test_an_rms_norm_steps_two_row_means_share_a_group():
         np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-5, atol=1e-6)
 
 
-def test_reductions_that_depend_on_each_other_are_no_tie_points_pair():
+def test_reductions_that_depend_on_each_other_are_no_tie_points_pair(monkeypatch):
     """A layer norm's variance reads its mean: the two are tie points of one kind, but never `tied` apart by a
-    kernel (one depends on the other already), and fusion groups them as before."""
+    kernel (one depends on the other already), and fusion groups them as before: in one group (session 50's
+    `fusion.DEPENDENT_ROW_REDUCTIONS`), or without it in two."""
     def fn(x):
         d = x - x.mean(-1, keepdim=True)
         return (d * d).mean(-1, keepdim=True)
     graph = trace(fn, jt.randn(64, 32))
     assert len(tie_points(graph.nodes, fusion.kind_of)) == 2
+    assert [len(g.reductions) for g in check(graph, fuse(graph))] == [2]
+    monkeypatch.setattr(fusion, "DEPENDENT_ROW_REDUCTIONS", False)
     assert [len(g.reductions) for g in check(graph, fuse(graph))] == [1, 1]
 
 

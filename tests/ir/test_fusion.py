@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 import jitorch as jt
 from jitorch.codegen.lowering import kind_of
+from jitorch.ir.passes import fusion
 from jitorch.ir.passes.fusion import (Group, dependent_reductions, fuse, reduction_sides, row_reduction,
                                       same_reduction)
 from jitorch.jit import trace
@@ -55,10 +56,12 @@ def check_form(g):
             assert all(v.node not in members or kind_of(v.node) == "view" for v in n.input_values())
     space = {n: g.shape for n in g.nodes}
     if g.kind == "reduction":
-        # (several reductions only where they may share a loop, none depending on another)
+        # (several reductions only where they may share a loop, none depending on another but row reductions)
         reds = g.reductions
         assert len(reds) == kinds.count("reduction") >= 1 and reds[0] is g.reduction
-        assert all(same_reduction(reds[0], r) for r in reds[1:]) and not dependent_reductions(reds, g.nodes)
+        assert all(same_reduction(reds[0], r) for r in reds[1:])
+        assert not dependent_reductions(reds, g.nodes) or (
+            fusion.DEPENDENT_ROW_REDUCTIONS and row_reduction(reds[0].args[0].type.shape, reds[0].outputs[0].type.shape))
         red = g.reduction
         assert g.shape == red.args[0].type.shape
         inside, epilogue, rows = reduction_sides(reds, g.nodes)
@@ -159,11 +162,17 @@ def test_epilogue_over_the_rows_joins_as_a_row_epilogue_and_over_columns_is_anot
     assert kinds(groups) == ["reduction", "pointwise"]
 
 
-def test_hand_written_softmax_takes_two_groups():
-    """The division is the sum's row epilogue, which computes ``exp(x - max)`` again rather than reading it."""
+def test_hand_written_softmax_takes_one_group(monkeypatch):
+    """The division is the sum's row epilogue, which computes ``exp(x - max)`` again rather than reading it; the
+    sum reads the row max, a row reduction before it in the group (`fusion.DEPENDENT_ROW_REDUCTIONS`; without,
+    two groups)."""
+    (group,) = fused(softmax, X)
+    assert ops(group) == ["amax", "sub", "exp", "sum", "true_divide"]
+    assert len(group.outputs) == 1  # exp(x - max) is written nowhere
+    monkeypatch.setattr(fusion, "DEPENDENT_ROW_REDUCTIONS", False)
     groups = fused(softmax, X)
     assert [ops(g) for g in groups] == [["amax"], ["sub", "exp", "sum", "true_divide"]]
-    assert [len(g.outputs) for g in groups] == [1, 1]  # exp(x - max) is written nowhere
+    assert [len(g.outputs) for g in groups] == [1, 1]
 
 
 def test_prologue_outputs_can_be_refused():
@@ -174,7 +183,7 @@ def test_prologue_outputs_can_be_refused():
     assert [ops(g) for g in fused(f, X, prologue_outputs=False)] == [["exp"], ["sum"]]
     # (a softmax's division, its row epilogue, computes the exponentials again: no prologue output)
     groups = fused(softmax, X, prologue_outputs=False)
-    assert [ops(g) for g in groups] == [["amax"], ["sub", "exp", "sum", "true_divide"]]
+    assert [ops(g) for g in groups] == [["amax", "sub", "exp", "sum", "true_divide"]]
 
 
 def test_broadcast_input_never_breaks_a_group():
@@ -254,7 +263,7 @@ def test_mutations_and_literal_outputs_are_outputs():
 def test_fusion_logs_its_kernels(caplog):
     caplog.set_level(logging.INFO, logger="jitorch.fusion")
     fused(softmax, X)
-    assert "5 nodes in 2 groups" in caplog.text and "reduction[8, 16]: sub, exp, sum, true_divide" in caplog.text
+    assert "5 nodes in 1 groups" in caplog.text and "reduction[8, 16]: amax, sub, exp, sum, true_divide" in caplog.text
 
 
 # Random programs: chains of pointwise ops, broadcasts, reductions, views and matmuls ---------------

@@ -113,12 +113,17 @@ def test_no_row_epilogue_where_the_reduction_keeps_the_inner_dim_or_the_row_is_l
     assert sorted(g.kind for g in groups) == ["pointwise", "reduction"]
 
 
-def test_a_row_value_that_another_reduction_reads_is_left_to_that_reductions_prologue():
+def test_a_row_value_that_another_reduction_reads_is_left_to_that_reductions_prologue(monkeypatch):
     """A layer norm's ``x - mean`` feeds the variance's sum: it stays that sum's prologue (computed there) rather
-    than a row epilogue of the mean written out and read back."""
+    than a row epilogue of the mean written out and read back; in one group with the mean
+    (`fusion.DEPENDENT_ROW_REDUCTIONS`), written nowhere."""
     def fn(x):
         d = x - x.mean(-1, keepdim=True)
         return (d * d).mean(-1, keepdim=True)
+    _, (group,) = fused(fn, jt.randn(16, 64))
+    assert group.kind == "reduction" and len(group.outputs) == 1
+    assert ops(group) == ["mean", "sub", "mul", "mean"]
+    monkeypatch.setattr(fusion, "DEPENDENT_ROW_REDUCTIONS", False)
     _, groups = fused(fn, jt.randn(16, 64))
     assert [g.kind for g in groups] == ["reduction", "reduction"]
     assert [len(g.outputs) for g in groups] == [1, 1]

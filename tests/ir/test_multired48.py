@@ -58,10 +58,12 @@ def test_two_column_sums_share_a_group():
     assert ops(group) == ["mul", "sum", "sum"]
 
 
-def test_a_layer_norm_backwards_row_sums_share_a_group_with_dx():
+def test_a_layer_norm_backwards_row_sums_share_a_group_with_dx(monkeypatch):
     """(Traced as it is, ``g * xhat`` joins the row group as a sibling, which writes it, so the column sums read
     nothing in common and stay two groups; in a compiled call, the recompute pass copies ``xhat`` into the
-    column sums' group, where they share it: tests/codegen/test_multired48.py.)"""
+    column sums' group, where they share it: tests/codegen/test_multired48.py.) Without the groups of dependent
+    row reductions (tests/codegen/test_gptln50.py), which put the mean, the variance and the row pair in one."""
+    monkeypatch.setattr(fusion, "DEPENDENT_ROW_REDUCTIONS", False)
     graph, groups = fused(layer_norm_backward, G, X, W)
     assert [g.kind for g in groups] == ["reduction"] * 5
     assert [len(g.reductions) for g in groups] == [1, 1, 2, 1, 1]
@@ -80,11 +82,13 @@ def test_a_layer_norm_backwards_row_sums_share_a_group_with_dx():
     assert [len(g.reductions) for g in alone] == [1] * 6
 
 
-def test_a_reduction_that_reads_another_stays_apart():
-    """A layer norm's variance reads its mean: one loop cannot compute both."""
+def test_a_reduction_that_reads_another_stays_apart_without_dependent_row_reductions(monkeypatch):
+    """A layer norm's variance reads its mean: one loop cannot compute both, and without
+    `fusion.DEPENDENT_ROW_REDUCTIONS` (tests/codegen/test_gptln50.py: one kernel, a loop each) two groups do."""
     def fn(x):
         d = x - x.mean(-1, keepdim=True)
         return (d * d).mean(-1, keepdim=True)
+    monkeypatch.setattr(fusion, "DEPENDENT_ROW_REDUCTIONS", False)
     graph, groups = fused(fn, X)
     assert [len(g.reductions) for g in groups] == [1, 1]
     reds = [n for n in graph.nodes if n.op.name == "mean"]

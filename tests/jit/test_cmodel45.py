@@ -61,12 +61,16 @@ def test_a_compiled_models_layer_norm_backward_graph_writes_only_the_input_gradi
     # (fusion's tie rule, session 49, keeps the old pass's backward at 2 too: the row sums' prologue out of the
     # kernel after the forward's statistics; without it, the graph as the old pass and fusion made it)
     monkeypatch.setattr(fusion, "UNTIED_REDUCTIONS", False)
+    monkeypatch.setattr(fusion, "DEPENDENT_ROW_REDUCTIONS", False)  # (session 50: the mean and variance in one)
     old_split, old_grads, _ = compiled_model_step(x)
     # (6 before reductions shared a kernel and read an expand's source, 8 before they took siblings)
     assert whole_size_outputs(old_split.backward, (6, 10, 16)) == 4
     assert whole_size_outputs(old_split.forward, (6, 10, 16)) == 6
+    # (not the same bits since the layer norm's mean and variance share a kernel, session 50: the old pass's
+    # separate mean kernel wrote the bias add for the variance's kernel, so its loop was not a streamed run;
+    # in one kernel nothing is written, and the mean sums in streams, in another order)
     for new, old in zip(grads, old_grads):
-        assert np.array_equal(new, old)
+        np.testing.assert_allclose(new, old, rtol=1e-5, atol=1e-5)
     eager = stack(jt)
     eager(x).square().sum().backward()
     twin = stack(torch)

@@ -14,7 +14,7 @@ import pytest
 
 import jitorch as jt
 from jitorch.codegen.cache import _HEADER as HEADER, KernelCache, cache_key, toolchain
-from jitorch.ir.passes import optimize
+from jitorch.ir.passes import fusion, optimize
 from jitorch.ir.passes.fusion import fuse, fuse_with_plan
 from jitorch.ir.printer import print_graph
 from jitorch.jit import executor, plan_cache  # noqa: F401 (executor: loads the code generator, whose rule says what fuses)
@@ -83,7 +83,10 @@ PLAN_DAMAGES = {
 
 
 @pytest.mark.parametrize("damage", PLAN_DAMAGES)
-def test_a_plan_that_breaks_fusions_rules_is_dropped_and_the_graph_fused_anew(damage, fusion_logs):
+def test_a_plan_that_breaks_fusions_rules_is_dropped_and_the_graph_fused_anew(damage, fusion_logs, monkeypatch):
+    if "reduction reading" in damage or "another reduction reads" in damage:
+        # (a layer norm's mean and variance share a group with them: tests/codegen/test_gptln50.py)
+        monkeypatch.setattr(fusion, "DEPENDENT_ROW_REDUCTIONS", False)
     graph = _graph()
     groups, plan, _ = fuse_with_plan(graph)
     assert len(plan) == len(graph.nodes) and len(set(plan)) == len(groups)
@@ -299,7 +302,8 @@ def test_a_warm_fresh_process_computes_bitwise_what_a_cold_one_did(tmp_path):
     assert warm_writes == 0 and warm_hits == cold_hits + cold_writes  # every graph's plan came from the cache
     # the step program that runs the runs of kernels: made by the cold process, read by the warm one; at one
     # thread neither compiled the thread team's native module
-    assert (cold_program_hits, cold_program_writes) == (0, 1) and (warm_program_hits, warm_program_writes) == (1, 0)
+    # (two programs since a layer norm's statistics took one kernel: the retrace once .grad exists runs others)
+    assert cold_program_hits == warm_program_writes == 0 and warm_program_hits == cold_program_writes >= 1
     assert cold_team == warm_team == 0
     assert warm == cold
 
@@ -347,7 +351,7 @@ def test_the_kernel_sources_entry_holds_each_text_once_and_a_foreign_one_is_rebu
     stored = json.loads(entry.read_bytes()[HEADER.size + len(entry.stem):])
     kernels = [k for k in stored["kernels"] if k is not None]
     # the six layers' kernels are equal but for their names: their text is stored once
-    assert len(stored["texts"]) == len({k["llvm_ir"] for k in kernels}) < len(kernels) // 3
+    assert len(stored["texts"]) == len({k["llvm_ir"] for k in kernels}) <= len(kernels) // 3
     loaded_from = KernelCache(tmp_path)
     loaded = _sources(graph, loaded_from, monkeypatch)
     assert _source_fields(loaded) == _source_fields(built)

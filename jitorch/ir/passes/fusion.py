@@ -29,7 +29,10 @@ comes from `jitorch.ir.lowerable.kind_of` (the code generator's rule):
   (`dependent_reductions`): a layer norm's backward sums ``g * w`` and
   ``g * w * xhat`` over each row, and ``g`` and ``g * xhat`` over each
   column, each pair reading its input once; the epilogue and the row
-  epilogue read all their results;
+  epilogue read all their results. Row reductions (`row_reduction`) share
+  one where one depends on another too (`DEPENDENT_ROW_REDUCTIONS`): a layer
+  norm's mean and variance, whose kernel reduces each row by each in turn,
+  the row in cache;
 * a view of a value from outside the group (or of such a view) folds into the
   group that consumes it as index maths; a view of a value computed in the
   group would need that value in memory, so it starts a later group; a view
@@ -245,8 +248,9 @@ def reduction_sides(red, nodes, reads=None, users=None):
     element inside the loop. ``reads``: node -> the values it reads (``Node.input_tuple`` by default);
     ``users``: value -> the nodes reading it (any: those of ``nodes`` count; by default found among
     ``nodes``). The walks start from the reductions and the epilogue, which are few, not from the whole group.
-    (Where one of several reductions depends on another, the other is in its prologue: `dependent_reductions`
-    says so, and such a group has no kernel form.)"""
+    (Where one of several reductions depends on another, the other is in its prologue, its result read there as
+    a value over the output: `dependent_reductions` says so, and such a group has a kernel form only where they
+    are row reductions, `DEPENDENT_ROW_REDUCTIONS`.)"""
     reds = set(red) if isinstance(red, (list, tuple, set, frozenset)) else {red}
     members = nodes if isinstance(nodes, (set, frozenset)) else set(nodes)
     reads = reads or (lambda n: n.input_tuple())
@@ -326,6 +330,13 @@ SHARED_LOOP_OPS = ("sum", "mean", "nansum", "amax", "amin", "prod")
 # Whether reductions over one input space and the same dims join one group (`same_reduction`); benchmarks/multiout.py
 # compares the steps built with and without.
 SHARED_REDUCTIONS = True
+
+
+# Whether row reductions (`row_reduction`) of which one reads another's result (a layer norm's variance, the
+# sum of ``(x - mean)**2``, after its mean) join one group, whose kernel reduces each row by each in turn, the
+# later ones reading the earlier ones' results (`dependent_reductions`); benchmarks/multiout.py
+# (--forms 50) compares the steps built with and without.
+DEPENDENT_ROW_REDUCTIONS = True
 
 
 def same_reduction(a, b):
@@ -733,12 +744,14 @@ class _Partition:
 
         The input side (`reduction_sides`: what the reductions depend on and their siblings) runs over the
         reductions' input, the epilogue over their output after the reduction loop, where input-side values
-        are gone. No reduction of several may depend on another (`dependent_reductions`)."""
-        if len(reds) > 1 and dependent_reductions(reds, nodes, self.reads.__getitem__):
-            return None
+        are gone. No reduction of several may depend on another (`dependent_reductions`) but row reductions
+        (`DEPENDENT_ROW_REDUCTIONS`), each reduced over the row in turn."""
         red = reds[0]
-        pro, _, rows = reduction_sides(reds, nodes, self.reads.__getitem__, self.users_of)
         in_space, out_space = _shape(red.args[0]), _shape(red.outputs[0])
+        if len(reds) > 1 and dependent_reductions(reds, nodes, self.reads.__getitem__) \
+                and not (DEPENDENT_ROW_REDUCTIONS and row_reduction(in_space, out_space)):
+            return None
+        pro, _, rows = reduction_sides(reds, nodes, self.reads.__getitem__, self.users_of)
         if not self.prologue_outputs and any(v.node in pro for v in escaping):
             return None
         if (prod(out_space) == 1 or not REDUCTION_SIBLINGS) and pro - self.feeding(reds, pro):
