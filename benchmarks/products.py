@@ -8,8 +8,8 @@ writes into one) and the caller, with its count per step. Then each distinct pro
 buffer with the same strides and timed, the three systems taking turns in one process (process CPU time,
 median of rounds), as
 
-    jitorch   the call the step makes: ``array_product(a, b, out)`` (or NumPy's matmul where the step calls
-              it directly)
+    jitorch   the call the step makes: ``array_product(a, b, out)``, whose gemm calls the step keeps between
+              calls (jit/gemm_words.py), or NumPy's matmul where the step calls it directly
     numpy     ``np.matmul(a, b, out=out)`` on the same operands (NumPy's OpenBLAS: where jitorch's BLAS is MKL,
               `runtime.blas_library`, jitorch/numpy compares the two libraries in one process)
     torch     ``torch.matmul`` on tensors over the same memory and strides (a measuring stick only)
@@ -33,6 +33,7 @@ sys.path.insert(0, os.path.dirname(__file__))
 import numpy as np  # noqa: E402
 
 import jitorch  # noqa: E402
+from jitorch.jit import gemm_words  # noqa: E402
 from jitorch.ops import linalg  # noqa: E402
 from jitorch.runtime import blas_calls, blas_library  # noqa: E402
 import models  # noqa: E402
@@ -97,14 +98,18 @@ def _collect(name, quick):
         if done:
             record(a, b, out, "jitorch")
         return done
+    kept = gemm_words.product
+
+    def unkept(a, b, out):  # (the step's products through `array_product`, not the gemm calls kept for them)
+        return linalg.array_product(a, b, out)
     np.matmul, linalg._matmul, linalg._skinny = watched, watched_product, watched_skinny
-    blas_calls.run_gemm_parts = watched_parts
+    blas_calls.run_gemm_parts, gemm_words.product = watched_parts, unkept
     try:
         call()
         call()
     finally:
         np.matmul, linalg._matmul, linalg._skinny = matmul, product, skinny
-        blas_calls.run_gemm_parts = parts
+        blas_calls.run_gemm_parts, gemm_words.product = parts, kept
     return {k: n / 2 for k, n in seen.items()}
 
 
