@@ -1100,23 +1100,20 @@ def _in_float64(fn):
     return formula
 
 
-_SPECIAL = (
-    ("lgamma", special_math.lgamma, "``log |Gamma(x)|``: +inf at 0 and the negative integers"),
-    ("i0", special_math.i0, "modified Bessel function of the first kind of order 0"),
-)
-for _name, _fn, _what in _SPECIAL:
-    _declare(_name, UNARY, _in_float64(_fn), INT_TO_FLOAT, f"Elementwise {_what}; integers give the default "
-             "float dtype.")
-
-
 def _erfinv(y):
     # float64 takes a Newton step; the first guess rounds right to float32 and the half types
     return _in_float64(special_math.erfinv if y.dtype == np.float64 else
                        lambda v: special_math.erfinv(v, newton=False))(y)
 
 
-_declare("erfinv", UNARY, _erfinv, INT_TO_FLOAT, "Elementwise inverse error function (NaN outside [-1, 1]); integers "
-         "give the default float dtype.")
+# (declared in this order: the registry's order is the fuzz generator's op table, which its seeds name)
+_SPECIAL = (
+    ("lgamma", _in_float64(special_math.lgamma), "``log |Gamma(x)|``: +inf at 0 and the negative integers"),
+    ("erfinv", _erfinv, "inverse error function (NaN outside [-1, 1])"),
+    ("i0", _in_float64(special_math.i0), "modified Bessel function of the first kind of order 0"),
+)
+for _name, _fn, _what in _SPECIAL:
+    _declare(_name, UNARY, _fn, INT_TO_FLOAT, f"Elementwise {_what}; integers give the default float dtype.")
 
 
 def _digamma(x):
