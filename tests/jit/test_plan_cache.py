@@ -302,7 +302,8 @@ def test_a_warm_fresh_process_computes_bitwise_what_a_cold_one_did(tmp_path):
     assert warm_writes == 0 and warm_hits == cold_hits + cold_writes  # every graph's plan came from the cache
     # the step program that runs the runs of kernels: made by the cold process, read by the warm one; at one
     # thread neither compiled the thread team's native module
-    # (two programs since a layer norm's statistics took one kernel: the retrace once .grad exists runs others)
+    # (one or more: the retrace once .grad exists may run other runs of kernels, and so other programs, as it
+    # does since session 50's products and layer norm changed the step's runs)
     assert cold_program_hits == warm_program_writes == 0 and warm_program_hits == cold_program_writes >= 1
     assert cold_team == warm_team == 0
     assert warm == cold
