@@ -26,7 +26,6 @@ and products where no kernel is registered or one cannot be built.
 
 from __future__ import annotations
 
-import ctypes
 
 import numpy as np
 from llvmlite import ir

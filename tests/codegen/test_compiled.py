@@ -15,7 +15,7 @@ import jitorch as jt
 from jitorch.jit import TraceError
 from jitorch.ops import registry
 from tests.jit.test_trace_ops import addresses_a_strided_storage, flat, split_tensors
-from tests.ops.samples import SAMPLES, VALUES_UNDEFINED, bind, samples
+from tests.ops.samples import VALUES_UNDEFINED, bind, samples
 from tests.support import random_array, tensor_and_array
 
 # Float results of kernels that use the math library differ from NumPy's by a few ulps.
