@@ -38,6 +38,15 @@ def cuda_kernels(fn, *args):
     return jt.compile(fn, fullgraph=True).lower(*args, device="cuda").executable.kernels
 
 
+def emulated_outputs(fn, args):
+    """(``fn``'s compiled outputs for ``args`` moved to the emulated GPU, as NumPy arrays; the number of jitorch
+    kernels launched): the PTX run by the kernel emulator."""
+    with use_backend(FakeBackend(emulate="ptx")) as fake:
+        out = jt.compile(fn)(*[a.to("cuda") for a in args])
+        launched = len([k for k in fake.launches if k.name.startswith("jitorch")])
+        return [t.cpu().numpy() for t in (out if isinstance(out, tuple) else (out,))], launched
+
+
 def assert_assembles(kernels):
     """ptxas accepts every kernel's PTX for every architecture in ARCHS."""
     texts = {k.asm: k.name for k in kernels}

@@ -22,20 +22,21 @@ from jitorch.runtime import blas_calls, blas_library, threads
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-@pytest.fixture
-def one_thread():
+def _at_threads(n):
     before = jt.get_num_threads()
-    jt.set_num_threads(1)
+    jt.set_num_threads(n)
     yield
     jt.set_num_threads(before)
+
+
+@pytest.fixture
+def one_thread():
+    yield from _at_threads(1)
 
 
 @pytest.fixture
 def two_threads():
-    before = jt.get_num_threads()
-    jt.set_num_threads(2)
-    yield
-    jt.set_num_threads(before)
+    yield from _at_threads(2)
 
 
 def _layouts(dtype, m, k, n, rng):
