@@ -22,6 +22,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 
 import numpy as np
 
@@ -126,26 +127,38 @@ def copy_ceiling(quick):
     return 2 * src.nbytes / t
 
 
+# Seconds each system's timing waits first: torch's OpenMP workers spin about 4.4 ms after a call at 2 threads,
+# holding one of this machine's two cores, and each case's jitorch calls came right after the last case's torch
+# calls (a 16M sum at 2 threads 1 ms after a torch call took 2.20 ms, 30 ms after 1.42: benchmarks/row_reductions.py)
+SETTLE = 0.03
+
+
+def settled_time(fn, repeat):
+    """`median_time` of ``fn`` over ``repeat`` calls, begun `SETTLE` seconds after whatever ran before."""
+    time.sleep(SETTLE)
+    return median_time(fn, repeat)
+
+
 def run_systems(case, repeat):
     label, arrays, fn, np_fn, ne, nbytes = case
     tensors = [jt.from_numpy(a) for a in arrays]
     compiled = jt.compile(fn)
     times = {
-        "jitorch compiled": median_time(lambda: compiled(*tensors), repeat),
-        "jitorch eager": median_time(lambda: fn(*tensors), repeat),
-        "numpy": median_time(lambda: np_fn(*arrays), repeat),
+        "jitorch compiled": settled_time(lambda: compiled(*tensors), repeat),
+        "jitorch eager": settled_time(lambda: fn(*tensors), repeat),
+        "numpy": settled_time(lambda: np_fn(*arrays), repeat),
     }
     if numexpr is not None and ne is not None:
         _, expr, env = ne
         for threads in (1, os.cpu_count() or 1):
             numexpr.set_num_threads(threads)
-            times[f"numexpr {threads}t"] = median_time(lambda: numexpr.evaluate(expr, local_dict=env), repeat)
+            times[f"numexpr {threads}t"] = settled_time(lambda: numexpr.evaluate(expr, local_dict=env), repeat)
     if torch is not None:
         tt = [torch.from_numpy(a) for a in arrays]
-        times["torch eager"] = median_time(lambda: fn(*tt), repeat)
+        times["torch eager"] = settled_time(lambda: fn(*tt), repeat)
         try:
             tc = torch.compile(fn)
-            times["torch.compile"] = median_time(lambda: tc(*tt), repeat)
+            times["torch.compile"] = settled_time(lambda: tc(*tt), repeat)
         except Exception as e:  # noqa: BLE001 - torch.compile needs a C++ toolchain; report and go on
             print(f"  (torch.compile failed on {label}: {type(e).__name__})")
     return times

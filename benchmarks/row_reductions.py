@@ -1,12 +1,25 @@
 """Compiled row and full reductions against torch eager, taking turns in one process.
 
-    python benchmarks/row_reductions.py [--quick] [--threads 1,2]
+    python benchmarks/row_reductions.py [--quick] [--threads 1,2] [--gap MS]
 
 16M float32 elements as rows of 9 to 4096 (``t.sum(1)``, ``t.amax(1)``), and the full sum: the shapes whose
 kernels read a run of reduced elements (`jitorch/codegen/kernel.py`'s ``streamed_run``). The two systems take
-turns call by call, the first of each pair alternating, each call after a 1 ms sleep (on a loaded machine the
-second call of a pair was preempted more often). Medians of wall time per call and of the calling thread's CPU
-time (at one thread the fair measure on a shared machine), and the ratio jitorch / torch of the wall medians.
+turns in blocks of `BLOCK` timed calls, the first of each round alternating; a block begins `SETTLE` seconds
+after the other system's last call, with one call untimed, and its calls follow each other (``--gap``: that many
+ms apart, the worker then asleep at each call: jitorch's team spins `threads.SPIN_US` after a part, torch's
+OpenMP workers about 4.4 ms). Taking turns call by call, as this script did until session 51, timed each jitorch
+call 1 ms after a torch call, while a torch worker still spun on one of the two cores (process CPU time during a
+sleep after a torch call at 2 threads: 1.08 ms in 1 ms, 4.4 ms in 5 to 100 ms; after a jitorch call 0.07-0.14):
+at 2 threads a 16M sum took 2.20 ms 1 ms after a torch call against 1.42 ms 30 ms after it or 1.46 ms 1 ms after
+a jitorch call (4096x4096 row max: 2.86, 2.29, 2.25 ms; medians of 25, load 13.6, the process at autogroup nice
+-20), so its 2-thread table held jitorch to about one thread's time.
+
+Medians of wall time per call and of the calling thread's CPU time (at one thread the fair measure on a shared
+machine), the ratio jitorch / torch of the wall medians, and at two threads or more what became of jitorch's
+forks (`jitorch.runtime.threads.counters` and the team's native counters): the share of the parts handed to a
+worker that the calling thread took back because no worker had claimed them when its own part was done (the
+call then runs as one thread's), and the spins that ended early because a yield showed the machine crowded
+(`threads.CROWD_US`; the worker then sleeps, and the next fork must wake it).
 """
 
 from __future__ import annotations
@@ -21,6 +34,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 import jitorch as jt  # noqa: E402
+from jitorch.runtime import threads as team  # noqa: E402
 
 try:
     import torch
@@ -41,19 +55,30 @@ def cases(quick):
     return out
 
 
-def timed(calls, rounds):
-    """{name: (median wall, median thread CPU)} of the ``calls`` (name -> function), taking turns."""
+# Seconds between one system's block and the next one's (torch's OpenMP workers spin about 4.4 ms after a call);
+# calls per block
+SETTLE = 0.03
+BLOCK = 3
+
+
+def timed(calls, rounds, gap=0.0):
+    """{name: (median wall, median thread CPU)} of the ``calls`` (name -> function), in blocks taking turns (see
+    the module docstring): ``rounds`` timed calls of each, ``gap`` seconds apart within a block."""
     names = list(calls)
     wall = {k: [] for k in names}
     cpu = {k: [] for k in names}
-    for r in range(rounds):
+    for r, first in enumerate(range(0, rounds, BLOCK)):
         for k in names[r % len(names):] + names[:r % len(names)]:
-            time.sleep(0.001)
-            c0, t0 = time.thread_time(), time.perf_counter()
+            time.sleep(SETTLE)
             calls[k]()
-            t1, c1 = time.perf_counter(), time.thread_time()
-            wall[k].append(t1 - t0)
-            cpu[k].append(c1 - c0)
+            for _ in range(min(BLOCK, rounds - first)):
+                if gap:
+                    time.sleep(gap)
+                c0, t0 = time.thread_time(), time.perf_counter()
+                calls[k]()
+                t1, c1 = time.perf_counter(), time.thread_time()
+                wall[k].append(t1 - t0)
+                cpu[k].append(c1 - c0)
     return {k: (statistics.median(wall[k]), statistics.median(cpu[k])) for k in names}
 
 
@@ -61,6 +86,7 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="4M elements, fewer rounds")
     parser.add_argument("--threads", default="1,2", help="thread counts, comma-separated")
+    parser.add_argument("--gap", type=float, default=0.0, help="ms between calls within a block (default: none)")
     args = parser.parse_args(argv)
     if torch is None:
         sys.exit("torch is not installed: pip install -e '.[bench]'")
@@ -72,19 +98,26 @@ def main(argv=None):
         np.testing.assert_allclose(compiled(x).numpy(), fn(tx).numpy(), rtol=1e-4, atol=1e-3)
         prepared.append((label, {"jitorch compiled": lambda c=compiled, x=x: c(x),
                                  "torch eager": lambda f=fn, t=tx: f(t)}))
-    print(f"medians of {rounds} calls each, wall (thread CPU); load {os.getloadavg()[0]:.1f}")
+    print(f"medians of {rounds} calls each, {args.gap:g} ms apart in blocks of {BLOCK}, wall (thread CPU); "
+          f"load {os.getloadavg()[0]:.1f}")
     for threads in (int(t) for t in args.threads.split(",")):
         jt.set_num_threads(threads)
         torch.set_num_threads(threads)
         print(f"\n{threads} thread{'s' * (threads > 1)}")
-        print(f"{'case':<26}{'jitorch compiled':>24}{'torch eager':>24}{'jt / torch':>12}")
+        print(f"{'case':<26}{'jitorch compiled':>24}{'torch eager':>24}{'jt / torch':>12}{'taken back':>12}"
+              f"{'crowded':>9}")
+        native = team._native()
         for label, calls in prepared:
             for call in calls.values():
                 call()
-            times = timed(calls, rounds)
+            parts, back = team.counters["parts"], team.counters["taken back"]
+            crowded = native.crowded.value if native is not None else 0
+            times = timed(calls, rounds, args.gap / 1e3)
+            parts, back = team.counters["parts"] - parts, team.counters["taken back"] - back
+            crowded = native.crowded.value - crowded if native is not None else 0
             (jw, jc), (tw, tc) = times["jitorch compiled"], times["torch eager"]
             print(f"{label:<26}{f'{jw * 1e3:.2f} ({jc * 1e3:.2f}) ms':>24}{f'{tw * 1e3:.2f} ({tc * 1e3:.2f}) ms':>24}"
-                  f"{jw / tw:>12.2f}")
+                  f"{jw / tw:>12.2f}{f'{back / parts:.0%}' if parts else '-':>12}{crowded if parts else '-':>9}")
     print(f"load at the end {os.getloadavg()[0]:.1f}")
 
 

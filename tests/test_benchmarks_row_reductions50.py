@@ -1,5 +1,5 @@
-"""benchmarks/row_reductions.py: each system is called once per round, the cases keep the element count
-(whole rows of it), and every case's compiled result is torch's."""
+"""benchmarks/row_reductions.py: the systems take turns in blocks (each begun with an untimed call), the cases keep
+the element count (whole rows of it), and every case's compiled result is torch's."""
 
 from pathlib import Path
 
@@ -12,14 +12,16 @@ from tests.support import load_script
 SCRIPT = Path(__file__).parents[1] / "benchmarks" / "row_reductions.py"
 
 
-def test_timed_calls_each_system_once_per_round_and_gives_two_medians():
+def test_timed_calls_each_system_in_blocks_taking_turns_and_gives_two_medians(monkeypatch):
+    """Regression (session 51): the systems took turns call by call, so each jitorch call came 1 ms after a torch
+    call whose OpenMP worker still spun on one of the two cores. Now each system's calls come in blocks of
+    ``BLOCK`` timed calls after one untimed call, the block's first system alternating by round: 5 timed calls in
+    blocks of 3 are a, aaa, b, bbb, then b, bb, a, aa."""
     bench = load_script(SCRIPT, "row_reductions_benchmark")
-    counts = {"a": 0, "b": 0}
-
-    def call(k):
-        counts[k] += 1
-    times = bench.timed({"a": lambda: call("a"), "b": lambda: call("b")}, 5)
-    assert counts == {"a": 5, "b": 5}
+    monkeypatch.setattr(bench, "SETTLE", 0.0)
+    order = []
+    times = bench.timed({"a": lambda: order.append("a"), "b": lambda: order.append("b")}, 5)
+    assert bench.BLOCK == 3 and "".join(order) == "aaaabbbbbbbaaa"
     assert set(times) == {"a", "b"} and all(len(t) == 2 and min(t) >= 0 for t in times.values())
 
 
