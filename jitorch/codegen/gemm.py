@@ -106,10 +106,16 @@ def window_kernel(dtype, m, k, n, a_strides, rows, cols, c_rows):
     in those sizes (a weight's ``(C, *kernel)`` order; the windows' ``(*out, N)``, their innermost dim a run of
     unit stride whose length the tiles divide). Every element is the sum `skinny_kernel` makes of the copied
     windows, the same bits. A `SkinnyKernel`, or None where the layout does not fit or it cannot be built."""
-    w = VECTOR_BYTES // np.dtype(dtype).itemsize
-    if (not cols or cols[-1][1] != 1 or cols[-1][0] % (w * _VECS) or k != _size(rows) or n != _size(cols)):
+    if not runs_fit(dtype, cols, False) or k != _size(rows) or n != _size(cols):
         return None
     return _kernels("windows", np.dtype(dtype).name, m, k, n, tuple(a_strides), tuple(rows), tuple(cols), c_rows)
+
+
+def runs_fit(dtype, cols, transposed):
+    """Whether the windows' ``cols`` (`window_kernel`'s) end in a run of unit stride that `window_kernel`'s tiles
+    divide, or (``transposed``) whole vectors of ``dtype``, as `window_sum_kernel`'s sum reads them."""
+    w = VECTOR_BYTES // np.dtype(dtype).itemsize
+    return bool(cols) and cols[-1][1] == 1 and cols[-1][0] % (w if transposed else w * _VECS) == 0
 
 
 def _size(dims):
@@ -128,8 +134,7 @@ def window_sum_kernel(dtype, m, k, n, a_rows, rows, cols, c_strides):
     that whole vectors divide, so each vector of the sum lies in one run). Every element is the sum
     `long_sum_kernel` makes of the copied windows, the same bits. A `SkinnyKernel`, or None where the layout
     does not fit or it cannot be built."""
-    w = VECTOR_BYTES // np.dtype(dtype).itemsize
-    if not cols or cols[-1][1] != 1 or cols[-1][0] % w or n != _size(rows) or k != _size(cols):
+    if not runs_fit(dtype, cols, True) or n != _size(rows) or k != _size(cols):
         return None
     return _kernels("window sums", np.dtype(dtype).name, m, k, n, a_rows, tuple(rows), tuple(cols), tuple(c_strides))
 

@@ -1001,7 +1001,8 @@ def read_windows_in_place(graph, steps, layouts):
     rather than the copy. A copy whose every reader so reads it (through such transposes), which leaves the call
     no other way, is not computed: its kernel and the transposes are dropped. The same bits: the windows'
     kernels are the columns and long-sum kernels the copy's products run. Only where those kernels serve
-    products (`gemm.for_products`)."""
+    products (`gemm.for_products`) and take the windows' runs (`gemm.runs_fit`): a product the kernel refuses at
+    run time reads a copy made then."""
     from ..codegen import gemm
     if not gemm.for_products():
         return steps
@@ -1034,7 +1035,8 @@ def read_windows_in_place(graph, steps, layouts):
         source, (shape, strides, _) = copies[copy]
         m = a.type.shape[-2]
         layout = linalg.window_layout(b.type.dtype.np, m, shape, strides, transposed)
-        if layout is None or tuple(copy.type.shape) != (1, layout[0], layout[1]) \
+        if layout is None or not gemm.runs_fit(b.type.dtype.np, layout[3], transposed) \
+                or tuple(copy.type.shape) != (1, layout[0], layout[1]) \
                 or tuple(a.type.shape) != (1, m, layout[1] if transposed else layout[0]):
             continue
         step.windows[b] = (*copies[copy], transposed, True)
