@@ -137,6 +137,13 @@ def _window_kernel(dtype, m, k, n, a_strides, rows, cols, c_rows):
     return gemm.window_product(dtype, m, k, n, a_strides, rows, cols, c_rows)
 
 
+def _window_sum_kernel(dtype, m, k, n, a_rows, rows, cols, c_strides):
+    """ops.linalg's generated weight-gradient product over a convolution's windows read in place, loaded as
+    `_row_kernel` is."""
+    from .codegen import gemm
+    return gemm.window_sum_product(dtype, m, k, n, a_rows, rows, cols, c_strides)
+
+
 def _long_sum_kernel(dtype, m, k, n, a_rows, bt_rows, c_strides):
     """ops.linalg's generated product over a long sum (small convolutions' weight gradients), loaded as
     `_row_kernel` is."""
@@ -168,6 +175,7 @@ _ops.normalization.LAYER_NORM_KERNEL = _layer_norm_kernel
 _ops.linalg.SKINNY_KERNEL = _skinny_kernel
 _ops.linalg.LONG_SUM_KERNEL = _long_sum_kernel
 _ops.linalg.WINDOW_KERNEL = _window_kernel
+_ops.linalg.WINDOW_SUM_KERNEL = _window_sum_kernel
 _ops.special_cephes.LOOP_KERNEL = _loop_kernel
 
 # name -> (module, attribute of that module, or None for the module itself)

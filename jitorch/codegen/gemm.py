@@ -106,10 +106,16 @@ def window_kernel(dtype, m, k, n, a_strides, rows, cols, c_rows):
     in those sizes (a weight's ``(C, *kernel)`` order; the windows' ``(*out, N)``, their innermost dim a run of
     unit stride whose length the tiles divide). Every element is the sum `skinny_kernel` makes of the copied
     windows, the same bits. A `SkinnyKernel`, or None where the layout does not fit or it cannot be built."""
-    w = VECTOR_BYTES // np.dtype(dtype).itemsize
-    if (not cols or cols[-1][1] != 1 or cols[-1][0] % (w * _VECS) or k != _size(rows) or n != _size(cols)):
+    if not runs_fit(dtype, cols, False) or k != _size(rows) or n != _size(cols):
         return None
     return _kernels("windows", np.dtype(dtype).name, m, k, n, tuple(a_strides), tuple(rows), tuple(cols), c_rows)
+
+
+def runs_fit(dtype, cols, transposed):
+    """Whether the windows' ``cols`` (`window_kernel`'s) end in a run of unit stride that `window_kernel`'s tiles
+    divide, or (``transposed``) whole vectors of ``dtype``, as `window_sum_kernel`'s sum reads them."""
+    w = VECTOR_BYTES // np.dtype(dtype).itemsize
+    return bool(cols) and cols[-1][1] == 1 and cols[-1][0] % (w if transposed else w * _VECS) == 0
 
 
 def _size(dims):
@@ -117,6 +123,20 @@ def _size(dims):
     for size, _ in dims:
         total *= size
     return total
+
+
+def window_sum_kernel(dtype, m, k, n, a_rows, rows, cols, c_strides):
+    """The compiled product of an ``(m, k)`` matrix whose rows are ``a_rows`` elements apart by the transposed
+    windows of a convolution's input read where they lie (a weight gradient's ``(O, L*N) @ (L*N, C*K)``, no
+    im2col copy) into an ``(m, n)`` one at element strides ``c_strides``: ``Bt[j, kk]`` is the element at
+    ``offset(j, rows) + offset(kk, cols)`` from ``Bt``'s pointer (`window_kernel`'s digits: ``rows`` the
+    weight's ``(C, *kernel)``, ``cols`` the windows' ``(*out, N)``, their innermost dim a run of unit stride
+    that whole vectors divide, so each vector of the sum lies in one run). Every element is the sum
+    `long_sum_kernel` makes of the copied windows, the same bits. A `SkinnyKernel`, or None where the layout
+    does not fit or it cannot be built."""
+    if not runs_fit(dtype, cols, True) or n != _size(rows) or k != _size(cols):
+        return None
+    return _kernels("window sums", np.dtype(dtype).name, m, k, n, a_rows, tuple(rows), tuple(cols), tuple(c_strides))
 
 
 def long_sum_kernel(dtype, m, k, n, a_rows, bt_rows, c_strides):
@@ -131,6 +151,9 @@ def _build(kind, dtype, m, k, n, *layout):
     if kind == "windows":
         a_strides, rows, cols, c_rows = layout
         shape = _Columns(dtype, m, k, n, a_strides, None, c_rows, (rows, cols))
+    elif kind == "window sums":
+        a_rows, rows, cols, c_strides = layout
+        shape = _Dots(dtype, m, k, n, a_rows, None, c_strides, (rows, cols))
     else:
         shape = (_Columns if kind == "columns" else _Dots)(dtype, m, k, n, *layout)
     source = KernelSource(shape.name, "product", ["matmul"], [0, 1], [2], 0, 0)
@@ -139,7 +162,7 @@ def _build(kind, dtype, m, k, n, *layout):
         compiled = cpu.link_kernel(source, default_cache())
     except CompileError:
         return None
-    return SkinnyKernel(compiled, shape.tiles, m * n * k, kind == "windows")
+    return SkinnyKernel(compiled, shape.tiles, m * n * k, kind in ("windows", "window sums"))
 
 
 _kernels = BuiltOnce(_build)
@@ -319,15 +342,19 @@ class _Dots(_Emitter):
     chunk of ``Bt`` (all its rows) stays in L2 while every row block of this thread's rows reads it, so ``Bt``
     comes from memory once per thread. At the end the lanes are added by halves (``(l, l + w/2)``, then
     again), then the last ``k mod w`` terms in order. The chunks lie at fixed positions of the sum and the
-    outer loop is over blocks of rows, so neither the thread count nor the target changes a bit."""
+    outer loop is over blocks of rows, so neither the thread count nor the target changes a bit. With
+    ``windows`` (`window_sum_kernel`) the rows of ``Bt`` are a convolution's windows where they lie: only the
+    addresses of the loads change."""
 
-    def __init__(self, dtype, m, k, n, a_rows, bt_rows, c_strides):
+    def __init__(self, dtype, m, k, n, a_rows, bt_rows, c_strides, windows=None):
         super().__init__(dtype)
         self.m, self.k, self.n = m, k, n
         self.a_rows, self.bt_rows, self.c_strides = a_rows, bt_rows, c_strides
+        self.windows = windows  # (rows, cols) of `window_sum_kernel`'s Bt, else None: rows bt_rows apart
         self.kv = k // self.w  # whole vectors of the sum
         self.tiles = -(-m // _DOT_ROWS)  # blocks of rows: the outer loop
-        self.name = f"jitorch_dots_{dtype}_{m}x{k}x{n}_a{a_rows}_b{bt_rows}_c{c_strides[0]}_{c_strides[1]}"
+        layout = f"b{bt_rows}" if windows is None else "w" + "_".join(f"{d}s{st}" for dims in windows for d, st in dims)
+        self.name = f"jitorch_dots_{dtype}_{m}x{k}x{n}_a{a_rows}_{layout}_c{c_strides[0]}_{c_strides[1]}"
 
     def module(self):
         """The kernel's LLVM IR text."""
@@ -336,6 +363,11 @@ class _Dots(_Emitter):
     def blocks_loop(self, b, lo, hi, a, bt, c):
         with b.goto_entry_block():
             sums = b.bitcast(b.alloca(ir.ArrayType(self.vt, self.m * self.n)), self.vt.as_pointer())
+            if self.windows is not None:
+                self.row_offsets = b.bitcast(b.alloca(ir.ArrayType(I64, self.n)), I64.as_pointer())
+        if self.windows is not None:  # (each row's offset once per call)
+            counted_loop(b, I64(0), I64(self.n), I64(1), lambda b, j: b.store(
+                _digits_offset(b, j, self.windows[0]), b.gep(self.row_offsets, [j])), "ro")
         first = b.mul(lo, I64(_DOT_ROWS))
         last = b.mul(hi, I64(_DOT_ROWS))
         last = b.select(b.icmp_signed("<", last, I64(self.m)), last, I64(self.m))
@@ -375,9 +407,10 @@ class _Dots(_Emitter):
         """``sums[i0 + r, j0 + c] += the lanes' sums over vectors k0 .. end``, each from 0 in order."""
         def operands(b, kk):
             off = b.mul(kk, I64(self.w))
+            boff = off if self.windows is None else _digits_offset(b, off, self.windows[1])
             return ([self.load(b, b.gep(a, [b.add(b.mul(b.add(i0, I64(r)), I64(self.a_rows)), off)]), self.vt)
                      for r in range(rows)],
-                    [self.load(b, b.gep(bt, [b.add(b.mul(b.add(j0, I64(col)), I64(self.bt_rows)), off)]), self.vt)
+                    [self.load(b, b.gep(bt, [b.add(self.bt_row(b, b.add(j0, I64(col))), boff)]), self.vt)
                      for col in range(cols)])
         accs, _ = fma_loop(b, k0, end, self.zero(self.vt), rows, cols, operands, contract=False)
         for r in range(rows):
@@ -385,13 +418,18 @@ class _Dots(_Emitter):
                 p = b.gep(sums, [b.add(b.mul(b.add(i0, I64(r)), I64(self.n)), b.add(j0, I64(col)))])
                 b.store(b.fadd(b.load(p), accs[r][col]), p)
 
+    def bt_row(self, b, j):
+        """The element offset of row ``j`` of ``Bt`` from its pointer."""
+        return b.mul(j, I64(self.bt_rows)) if self.windows is None else b.load(b.gep(self.row_offsets, [j]))
+
     def finish(self, b, a, bt, c, sums, i, j):
         """``C[i, j]``: the lanes of its sum added by halves, then the terms after the last whole vector."""
         total = by_halves(b, b.load(b.gep(sums, [b.add(b.mul(i, I64(self.n)), j)])), lambda b, x, y: b.fadd(x, y))
-        arow, brow = b.mul(i, I64(self.a_rows)), b.mul(j, I64(self.bt_rows))
+        arow, brow = b.mul(i, I64(self.a_rows)), self.bt_row(b, j)
         for kk in range(self.kv * self.w, self.k):
+            koff = I64(kk) if self.windows is None else _digits_offset(b, I64(kk), self.windows[1])
             total = b.fadd(total, b.fmul(b.load(b.gep(a, [b.add(arow, I64(kk))])),
-                                         b.load(b.gep(bt, [b.add(brow, I64(kk))]))))
+                                         b.load(b.gep(bt, [b.add(brow, koff)]))))
         ci, cj = self.c_strides
         b.store(total, b.gep(c, [b.add(b.mul(i, I64(ci)), b.mul(j, I64(cj)))]))
 
@@ -406,6 +444,12 @@ def window_product(dtype, m, k, n, a_strides, rows, cols, c_rows):
     return window_kernel(dtype, m, k, n, a_strides, rows, cols, c_rows) if for_products() else None
 
 
+def window_sum_product(dtype, m, k, n, a_rows, rows, cols, c_strides):
+    """``ops.linalg.WINDOW_SUM_KERNEL``: `window_sum_kernel` where `for_products`, else None (the windows
+    copied)."""
+    return window_sum_kernel(dtype, m, k, n, a_rows, rows, cols, c_strides) if for_products() else None
+
+
 def long_sum_product(dtype, m, k, n, a_rows, bt_rows, c_strides):
     """``ops.linalg.LONG_SUM_KERNEL``: `long_sum_kernel` where `for_products`, else None."""
     return long_sum_kernel(dtype, m, k, n, a_rows, bt_rows, c_strides) if for_products() else None
@@ -414,3 +458,4 @@ def long_sum_product(dtype, m, k, n, a_rows, bt_rows, c_strides):
 linalg.SKINNY_KERNEL = skinny_product
 linalg.WINDOW_KERNEL = window_product
 linalg.LONG_SUM_KERNEL = long_sum_product
+linalg.WINDOW_SUM_KERNEL = window_sum_product

@@ -368,8 +368,9 @@ class EagerStep:
         # filled by `fold_writers_into_cats`: per such cat node whose pieces' sources one op writes straight into
         # the cat's result, (that op's node, where each of its written results lies in that result)
         self.producers = {}
-        # filled by `read_windows_in_place`: a product's operand that is a copy of a convolution's windows -> (the
-        # copy's source, the windows' geometry over it), which the product reads where they lie (the copy stays)
+        # filled by `read_windows_in_place`: a product's operand that is a copy of a convolution's windows, or that
+        # copy transposed (a weight gradient's) -> (the copy's source, the windows' geometry over it, whether the
+        # operand is transposed, whether the copy is computed), which the product reads where they lie
         self.windows = {}
         self.laid_out = {}  # filled by the compiled graph: node -> strides its first result is written with
         self.read_flags = set()  # filled by the plan: results of value checks that a step reads or the call returns
@@ -377,8 +378,9 @@ class EagerStep:
     def reads(self):
         return [v for node in self.nodes for v in
                 (iter_values(self.producers[node][0].args) if node in self.producers else
-                 (self.pieces[v][0] if v in self.pieces else v for v in iter_values(node.args)))] + \
-            [source for source, _ in self.windows.values()]
+                 (self.pieces[v][0] if v in self.pieces else v for v in iter_values(node.args)
+                  if v not in self.windows or self.windows[v][3]))] + \
+            [source for source, *_ in self.windows.values()]
 
     def writes(self):
         return [v for node in self.nodes for v in node.outputs]
@@ -430,10 +432,15 @@ class EagerStep:
             return
         if out in self.into_fresh:
             _emit_fresh(src, out, indent)
-        if self.windows and (out in self.into_arena or out in self.into_fresh):  # (its one node, a product)
-            source, geometry = self.windows[node.args[1]]
+        if self.windows and (out in self.into_arena or out in self.into_fresh or not self.windows[node.args[1]][3]):
+            # (its one node, a product; where the windows' copy is not computed, its result is written in new
+            # memory if the plan gave it no buffer)
+            source, geometry, transposed, kept = self.windows[node.args[1]]
+            if out not in self.into_arena and out not in self.into_fresh:
+                _emit_fresh(src, out, indent)
+            copied = _array_expression(src, node.args[1]) if kept else "None"
             src.emit(f"_windows_into({_array_expression(src, node.args[0])}, _compact(env[{src.name(source, 'v')}])"
-                     f"._array(), {src.name(geometry, 'g')}, {_array_expression(src, node.args[1])}, "
+                     f"._array(), {src.name(geometry, 'g')}, {transposed!r}, {copied}, "
                      f"env[{src.name(out, 'v')}]._array())", indent)
             return
         if out in self.into_arena or out in self.into_fresh:
@@ -986,42 +993,86 @@ def copy_geometry(group, layouts):
     return (source, tuple(shape), tuple(strides), offset) if root is source else None
 
 
-def read_windows_in_place(steps, layouts):
-    """Note on each product step whose second operand is a copy of a convolution's windows (a copy kernel's
-    output, `copy_geometry`, of a compact source) that `ops.linalg.window_layout` takes, that source and the
-    windows' geometry over it: its writer (`_windows_into`) reads the windows where they lie rather than the
-    copy, which stays for its other readers (the weight gradient's product). The same bits: the windows' kernel
-    is the columns kernel the copy's product runs. Only where that kernel serves products (`gemm.for_products`)."""
+def read_windows_in_place(graph, steps, layouts):
+    """``steps``, noting on each product step whose second operand is a copy of a convolution's windows (a copy
+    kernel's output, `copy_geometry`, of a compact source), or that copy transposed (an eager step's
+    ``transpose`` of its last two dims: a weight gradient's operand), that `ops.linalg.window_layout` takes,
+    that source and the windows' geometry over it: its writer (`_windows_into`) reads the windows where they lie
+    rather than the copy. A copy whose every reader so reads it (through such transposes), which leaves the call
+    no other way, is not computed: its kernel and the transposes are dropped. The same bits: the windows'
+    kernels are the columns and long-sum kernels the copy's products run. Only where those kernels serve
+    products (`gemm.for_products`) and take the windows' runs (`gemm.runs_fit`): a product the kernel refuses at
+    run time reads a copy made then."""
     from ..codegen import gemm
     if not gemm.for_products():
-        return
-    copies = {}
+        return steps
+    copies, made = {}, {}
     for step in steps:
         if type(step) is KernelStep and step.group.kind == "view" and step.kernel.source.split is None \
                 and len(step.outputs) == 1:
             geo = copy_geometry(step.group, layouts)
             if geo is not None and geo[0] not in layouts and geo[0].type.dtype == step.outputs[0].type.dtype:
                 copies[step.outputs[0]] = (geo[0], geo[1:])
+                made[step.outputs[0]] = step
+    transposes = {}  # a copy's transpose -> (the copy, its step)
+    for step in steps:
+        if type(step) is EagerStep and len(step.nodes) == 1 and step.nodes[0].op.name == "transpose" \
+                and step.nodes[0].args[0] in copies and len(step.nodes[0].args[0].type.shape) == 3 \
+                and {d % 3 for d in step.nodes[0].args[1:3]} == {1, 2}:
+            transposes[step.nodes[0].outputs[0]] = (step.nodes[0].args[0], step)
+    in_place = {}  # a copy -> the steps that read it, or its transposes, where they lie
     for step in steps:
         if type(step) is not EagerStep or len(step.nodes) != 1 or step.pieces or step.producers:
             continue
         (node,) = step.nodes
-        if node.op.name not in _PRODUCTS or not _blas_product(node) or node.args[1] not in copies:
+        if node.op.name not in _PRODUCTS or not _blas_product(node):
             continue
         a, b = node.args[:2]
-        source, (shape, strides, _) = copies[b]
-        layout = linalg.window_layout(b.type.dtype.np, a.type.shape[-2], shape, strides)
-        if layout is not None and tuple(a.type.shape[:-1]) == (1, a.type.shape[-2]) and a.type.shape[-1] == layout[0] \
-                and tuple(b.type.shape) == (1, layout[0], layout[1]):
-            step.windows[b] = copies[b]
+        transposed = b in transposes
+        copy = transposes[b][0] if transposed else b
+        if copy not in copies:
+            continue
+        source, (shape, strides, _) = copies[copy]
+        m = a.type.shape[-2]
+        layout = linalg.window_layout(b.type.dtype.np, m, shape, strides, transposed)
+        if layout is None or not gemm.runs_fit(b.type.dtype.np, layout[3], transposed) \
+                or tuple(copy.type.shape) != (1, layout[0], layout[1]) \
+                or tuple(a.type.shape) != (1, m, layout[1] if transposed else layout[0]):
+            continue
+        step.windows[b] = (*copies[copy], transposed, True)
+        in_place.setdefault(copy, []).append(step)
+    _, _, escaping = lifetimes(graph, steps)
+    readers = {}
+    for step in steps:
+        for v in step.reads():
+            readers.setdefault(v, []).append(step)
+    dropped = set()
+    for copy, products in in_place.items():
+        views = [step for c, step in transposes.values() if c is copy]
+        if any(v in escaping or v in layouts for v in [copy] + [t.nodes[0].outputs[0] for t in views]) \
+                or any(r not in products and r not in views for r in readers.get(copy, ())) \
+                or any(r not in products for t in views for r in readers.get(t.nodes[0].outputs[0], ())):
+            continue
+        for p in products:
+            (b,) = p.windows
+            p.windows[b] = (*p.windows[b][:3], False)
+        dropped.update([made[copy], *views])
+    return [step for step in steps if step not in dropped]
 
 
-def _windows_into(a, source, geometry, copied, out):
-    """``out = a @ windows`` (``a`` and ``out`` batches of one matrix) with the windows read where they lie in
-    ``source`` (a compact array) at ``geometry`` (shape, strides, offset); where the kernel does not take them,
-    the product of their copy ``copied``, as `_matmul_into` computes it."""
+def _windows_into(a, source, geometry, transposed, copied, out):
+    """``out = a @ windows`` (``a`` and ``out`` batches of one matrix), or ``a @ windows.T`` where ``transposed``
+    (a weight gradient), with the windows read where they lie in ``source`` (a compact array) at ``geometry``
+    (shape, strides, offset); where the kernel does not take them, the product of their copy ``copied`` (or of a
+    copy made here, where None: the step computes none), as `_matmul_into` computes it."""
     shape, strides, offset = geometry
-    if linalg.window_product(a[0], source.reshape(-1)[offset:], shape, strides, out[0]) is None:
+    windows = linalg.window_sum_product if transposed else linalg.window_product
+    if windows(a[0], source.reshape(-1)[offset:], shape, strides, out[0]) is None:
+        if copied is None:  # (the copy kernel's (1, C * K, L * N) array; its transposed view)
+            flat = source.reshape(-1)[offset:]
+            view = np.lib.stride_tricks.as_strided(flat, shape, [s * flat.itemsize for s in strides])
+            copied = np.ascontiguousarray(view).reshape(1, prod(shape[:(len(shape) + 1) // 2]), -1)
+            copied = copied.transpose(0, 2, 1) if transposed else copied
         gemm_words.product(a, copied, out)
 
 
@@ -1166,7 +1217,7 @@ class CompiledGraph:
         self._prebuilt_sources = {}
         if self._backend[2] is KernelStep:
             self.steps = fold_copies_into_cats(self.graph, self.steps, self.layouts)
-            read_windows_in_place(self.steps, self.layouts)
+            self.steps = read_windows_in_place(self.graph, self.steps, self.layouts)
             self.steps = interop.pair_products(self.steps, _product_work, _movable,
                                                lambda a, b: ProductPair(a.nodes + b.nodes, "product pair"),
                                                SPLIT_MIN_WORK)

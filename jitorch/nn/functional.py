@@ -607,8 +607,9 @@ def _windows_in_place(w, xt, size, steps):
     """A convolution's product ``w @ windows`` computed on the windows where they lie in ``xt`` (no im2col copy:
     `ops.linalg.window_product`, the bits of the copied windows' product) where nothing records it (no autograd
     graph to save the windows for, no trace or profile: `_numpy_shortcut`) and the rule takes it; else None."""
-    if not (_numpy_shortcut(xt) and w.dtype is xt.dtype and w._storage._data is not None) \
-            or (jt.is_grad_enabled() and (xt.requires_grad or w.requires_grad)):
+    # (a training step's call, whose weight requires grad, is refused by the first test: 0.3 us a call)
+    if (w.requires_grad or xt.requires_grad) and jt.is_grad_enabled() \
+            or not (_numpy_shortcut(xt) and w.dtype is xt.dtype and w._storage._data is not None):
         return None
     array = linalg.window_product(w._array()[0], xt._array(), size, steps) if w.shape[0] == 1 else None
     return None if array is None else jt.Tensor._fresh(array, xt.dtype)

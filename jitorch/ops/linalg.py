@@ -303,7 +303,7 @@ def _mkl_gemm(a, b, out):
 # window (cnn's 16 x 36864 by 36864 x 72, the windows read transposed: unit stride along the sum in both
 # operands), where OpenBLAS ran at 15-56 GFLOP/s: the code generator's long-sum kernel (`codegen.gemm._Dots`)
 # ran 1.2-5x faster on 16x36864x72, 8x43264x9, 64x16384x48 and 48x16384x64 (same measurement).
-SKINNY_KERNEL = LONG_SUM_KERNEL = WINDOW_KERNEL = None
+SKINNY_KERNEL = LONG_SUM_KERNEL = WINDOW_KERNEL = WINDOW_SUM_KERNEL = None
 SKINNY_MAX_ROWS, SKINNY_MAX_SUM, SKINNY_MAX_AREA, SKINNY_MIN_COLS, SKINNY_MIN_WORK = 128, 256, 8192, 8192, 1 << 20
 LONG_SUM_MAX_ROWS, LONG_SUM_MAX_COLS, LONG_SUM_MAX_AREA, LONG_SUM_MIN_SUM = 64, 128, 4096, 8192
 # 2-D products of fewer multiply-adds run as one NumPy call on eager's fast path, without `array_product`
@@ -322,16 +322,20 @@ def skinny_shape(dtype, m, k, n):
     return None
 
 
-def window_layout(dtype, m, size, steps):
+def window_layout(dtype, m, size, steps, transposed=False):
     """`codegen.gemm.window_kernel`'s ``(k, n, rows, cols)`` for an ``(m, k)`` matrix of ``dtype`` (a NumPy dtype)
     times the im2col operand of a convolution: the windows of ``size`` ``(1, C, *kernel, *out, N)`` at element
     ``steps`` (one group), merged into ``(C * K, L * N)``, where the rule gives that product the columns kernel
-    (`skinny_shape`) and the windows' last dims run contiguously (merged into one run); else None."""
+    (`skinny_shape`) and the windows' last dims run contiguously (merged into one run); else None.
+    ``transposed``: for an ``(m, L * N)`` matrix times the windows transposed (a weight gradient), where the rule
+    gives that product the long-sum kernel (`codegen.gemm.window_sum_kernel`): the same ``(C * K, L * N, rows,
+    cols)``."""
     if dtype not in _SPLIT_DTYPES or len(size) < 5 or (len(size) - 3) % 2 or size[0] != 1:
         return None
     nd = (len(size) - 3) // 2
     k, n = prod(size[1:2 + nd]), prod(size[2 + nd:])
-    if skinny_shape(dtype, m, k, n) != "columns" or steps[-1] != 1:
+    kind = skinny_shape(dtype, m, n, k) if transposed else skinny_shape(dtype, m, k, n)
+    if kind != ("long sum" if transposed else "columns") or steps[-1] != 1:
         return None
     cols = list(zip(size[2 + nd:], steps[2 + nd:]))
     while len(cols) > 1 and cols[-2][1] == cols[-1][0]:  # (rows of windows that touch: one run)
@@ -362,6 +366,32 @@ def window_product(a, x, size, steps, out=None):
     if kernel is None:
         return None
     result = np.empty((1, m, n), a.dtype) if out is None else out
+    kernel.run(a, x, result, threads.get_num_threads())
+    return result
+
+
+def window_sum_product(a, x, size, steps, out=None):
+    """``a @ windows.T`` into ``out`` (an ``(m, C * K)`` array, else a new ``(1, m, C * K)`` one), where ``windows``
+    is the im2col operand ``(C * K, L * N)`` of a convolution over ``x`` (as `window_product`'s) and ``a`` an
+    ``(m, L * N)`` matrix in rows of unit stride: a weight gradient, its windows read where they lie by the
+    long-sum kernel where `window_layout` (transposed) and the kernel take them, the bits of the long-sum
+    kernel's product of the copied windows. Else None (nothing written)."""
+    if WINDOW_SUM_KERNEL is None or a.ndim != 2 or a.dtype != x.dtype or not x.flags.c_contiguous \
+            or not (a.flags.aligned and x.flags.aligned) or a.strides[1] != a.itemsize or a.strides[0] % a.itemsize:
+        return None
+    layout = window_layout(a.dtype, a.shape[0], size, steps, transposed=True)
+    if layout is None or layout[1] != a.shape[1]:
+        return None
+    n, k, rows, cols = layout
+    m, item = a.shape[0], a.itemsize
+    if out is not None and (out.shape != (m, n) or out.dtype != a.dtype or any(s % item or s < 0 for s in out.strides)
+                            or not out.flags.aligned or np.may_share_memory(out, x) or np.may_share_memory(out, a)):
+        return None
+    result = np.empty((1, m, n), a.dtype) if out is None else out
+    kernel = WINDOW_SUM_KERNEL(a.dtype, m, k, n, a.strides[0] // item, rows, cols,
+                               tuple(s // item for s in result.strides[-2:]))
+    if kernel is None:
+        return None
     kernel.run(a, x, result, threads.get_num_threads())
     return result
 

@@ -1,8 +1,8 @@
 """A compiled convolution's forward product reads its windows where they lie (`executor.read_windows_in_place`)
 where the copy of them is a kernel's and the columns kernel serves the product: the step's values keep eager's
 bits (forward and both gradients; the bias gradient, a reduction compiled otherwise, to rounding), at one and
-two threads and on any target (the x86-64-v2 run keeps the copy's product), and the copy stays for the weight
-gradient."""
+two threads and on any target (the x86-64-v2 run keeps the copy's product). Since session 51 the weight
+gradient's product reads them in place too and the copy is dropped (tests/jit/test_conv51.py)."""
 
 import numpy as np
 import pytest
@@ -68,7 +68,7 @@ def test_a_compiled_step_reading_windows_in_place_keeps_eagers_bits(dtype, case,
             leaves = lambda: [t.clone().requires_grad_(first is None or t is not x) for t in (x, w, b)]  # noqa: E731
             start = gemm.counters["windows"]
             got = compiled(*leaves(), gy)
-            assert gemm.counters["windows"] - start == TAKES
+            assert gemm.counters["windows"] - start == 2 * TAKES  # (the forward and the weight gradient)
             want = model_step(*leaves(), gy)
             for p, q in zip(got[:2] + got[3:], want[:2] + want[3:]):
                 assert (p is None) == (q is None) == (first is not None and p is got[3])
@@ -92,12 +92,13 @@ def test_the_product_reads_the_copy_where_the_kernel_refuses_the_windows(monkeyp
     want = linalg.array_product(a, copied)
     monkeypatch.setattr(linalg, "WINDOW_KERNEL", None)
     out = np.full((1, 16, copied.shape[-1]), np.nan, np.float32)
-    executor._windows_into(a, source, (shape, strides, 0), copied, out)
+    executor._windows_into(a, source, (shape, strides, 0), False, copied, out)
     assert np.array_equal(out, want)
 
 
-def test_the_windows_copy_stays_for_the_weight_gradient():
-    # (cnn's conv2 step: the copy kernel still runs, the forward product's windows operand noted on its step)
+def test_the_windows_copy_is_dropped_where_both_products_read_them_in_place():
+    # (cnn's conv2 step: the forward and the weight gradient's products' windows operands noted on their steps,
+    # the copy kernel gone)
     w0 = jt.randn(8, 1, 3, 3)
     compiled = jt.compile(lambda x, w, gy: _step({})(_before(x, w0), w, jt.zeros(16), gy)[0])
     x, w = jt.randn(16, 1, 28, 28), jt.randn(16, 8, 3, 3).requires_grad_()
@@ -105,9 +106,11 @@ def test_the_windows_copy_stays_for_the_weight_gradient():
     (entry,) = [e for e in compiled.cache.values() if e.executable is not None]
     steps = entry.executable.steps
     marked = [s for s in steps if isinstance(s, executor.EagerStep) and s.windows]
-    assert len(marked) == TAKES
+    assert len(marked) == 2 * TAKES
     for step in marked:
-        (copy,) = step.windows
-        assert any(type(s) is executor.KernelStep and copy in s.outputs for s in steps)
-        (source, _), = step.windows.values()
-        assert source in step.reads() and copy in step.reads()
+        (operand,) = step.windows
+        (source, _, transposed, kept), = step.windows.values()
+        assert transposed == (step is marked[-1]) and not kept
+        assert source in step.reads() and operand not in step.reads()
+        # (neither the copy, the forward's operand, nor its transpose, the weight gradient's, is computed)
+        assert not any(operand in (s.outputs if type(s) is executor.KernelStep else s.writes()) for s in steps)
