@@ -65,9 +65,9 @@ class KernelRun:
 
     def programs(self, arena, inplace):
         """The run's programs over ``arena``'s argument arrays (int64 ctypes arrays, `cpu.step_program`'s): the
-        whole run's, then, where a kernel splits across threads, per segment of `segments` a `SharedPrograms` where
-        it is `shared`, else its program where it has `MIN_RUN` kernels or more, else None; ``inplace``: with the kernels that write in place where the step has one
-        (`executor.Plan.inplace`)."""
+        whole run's, then, where a kernel splits across threads or a group is `shared`, per segment of `segments` a
+        `SharedPrograms` where it is shared, else its program where it has `MIN_RUN` kernels or more, else None;
+        ``inplace``: with the kernels that write in place where the step has one (`executor.Plan.inplace`)."""
         def program(steps):
             words = [len(steps)]
             for step in steps:

@@ -38,7 +38,8 @@ def _groups(params, options):
 
 
 CASES = {
-    "AdamW": (lambda lib, groups: lib.optim.AdamW(groups, lr=0.01, betas=(0.9, 0.95)), {"decay": {"weight_decay": 0.1}}),
+    "AdamW": (lambda lib, groups: lib.optim.AdamW(groups, lr=0.01, betas=(0.9, 0.95)),
+              {"decay": {"weight_decay": 0.1}}),
     "Adam-amsgrad-maximize": (lambda lib, groups: lib.optim.Adam(groups, lr=0.02, amsgrad=True, maximize=True),
                               {"decay": {"weight_decay": 0.05, "lr": 0.005}}),
     "SGD": (lambda lib, groups: lib.optim.SGD(groups, lr=0.1), {}),
