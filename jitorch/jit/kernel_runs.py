@@ -19,7 +19,7 @@ and the kernels between them run in programs of their own. Profiled calls run ev
 is a span.
 
 At more than one thread, consecutive kernels of a run that touch no memory another of them writes (`shared_groups`:
-an optimizer's updates, one kernel per parameter) run as one fork of the team instead: their rows, all kernels'
+an optimizer's updates, one kernel per parameter; clipping's sums of squares, one per gradient) run as one fork of the team instead: their rows, all kernels'
 together, are dealt into one program per thread of near-equal work (`SharedPrograms`), a kernel's outer loop cut
 where a part's share ends. GPT-4x128's AdamW step was 52 kernels, 12 of them split alone (12 forks and joins) and 40
 small ones run on the calling thread while the workers waited. A kernel's rows give the same values whichever thread
@@ -185,8 +185,10 @@ def shared_groups(steps, memory):
 
 def _dealable(step):
     """Whether a kernel step's rows may be dealt among threads by `SharedPrograms`: its arguments the values
-    themselves (no view, no compact copy made while patching), its outer iterations independent."""
-    return not step.views and not step.compacted and step.kernel.source.mode == "thread"
+    themselves (no view, no compact copy made while patching), its outer iterations independent, or only one
+    (a full reduction, which goes whole to one thread: clip_grad_norm_'s per-parameter sums of squares)."""
+    source = step.kernel.source
+    return not step.views and not step.compacted and (source.mode == "thread" or source.outer == 1)
 
 
 class SharedPrograms:

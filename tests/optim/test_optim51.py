@@ -50,13 +50,15 @@ def _weights(lib, dtype, rng):
     return [lib.tensor(rng.standard_normal((3, s[0])).astype(dtype)) for s in SHAPES]
 
 
-def _step_of(params, weights, opt):
+def _step_of(lib, params, weights, opt):
     """A training step whose gradients come from matrix products (so that the updates are kernels of their own,
-    not fused with the backward), the last parameter left out of the loss (its gradient None)."""
+    not fused with the backward), clipped (one sum of squares per gradient), the last parameter left out of the
+    loss (its gradient None)."""
     def step():
         opt.zero_grad()
         loss = sum((w @ p.reshape(p.shape[0], -1)).tanh().sum() for p, w in zip(params[:-1], weights[:-1]))
         loss.backward()
+        lib.nn.utils.clip_grad_norm_(params, 1.0)
         opt.step()
         return loss
     return step
@@ -70,7 +72,7 @@ def _train(lib, case, dtype, steps, compiled):
     params = _params(lib, dtype, rng)
     weights = _weights(lib, dtype, rng)
     opt = make(lib, _groups(params, options))
-    step = _step_of(params, weights, opt)
+    step = _step_of(lib, params, weights, opt)
 
     run = lib.compile(step) if compiled else step
     for _ in range(steps):
@@ -131,7 +133,7 @@ def test_compiled_step_state_dict_round_trip_with_shared_group(threads):
                           "param_groups": saved["param_groups"]})
     rng = np.random.default_rng(5)
     _params(jt, np.float32, rng)
-    run_twin = jt.compile(_step_of(copies, _weights(jt, np.float32, rng), twin))
+    run_twin = jt.compile(_step_of(jt, copies, _weights(jt, np.float32, rng), twin))
     for _ in range(2):
         run()
         run_twin()
@@ -139,14 +141,15 @@ def test_compiled_step_state_dict_round_trip_with_shared_group(threads):
         np.testing.assert_array_equal(a.detach().numpy(), b.detach().numpy())
 
 
-def _step(inputs, outputs, work=1 << 14, mode="thread"):
-    kernel = SimpleNamespace(source=SimpleNamespace(work=work, mode=mode), parallel=False)
+def _step(inputs, outputs, work=1 << 14, mode="thread", outer=128):
+    kernel = SimpleNamespace(source=SimpleNamespace(work=work, mode=mode, outer=outer), parallel=False)
     return SimpleNamespace(inputs=inputs, outputs=outputs, views={}, compacted=set(), kernel=kernel)
 
 
 def test_shared_groups_keep_kernels_touching_written_memory_apart():
     """Read after write, write after read (an arena slot a later kernel reuses) and write after write each
-    end a group; independent kernels share one; a kernel whose iterations are not independent stands alone."""
+    end a group; independent kernels share one; a kernel whose iterations are not independent stands alone,
+    unless it has one."""
     memory = {"a": "m1", "b": "m2", "c": "m3", "d": "m4", "e": "m1", "f": "m5", "g": "m6", "h": "m7"}.get
     independent = [_step(["a"], ["b"]), _step(["c"], ["d"])]
     assert [(len(g), s) for g, s in shared_groups(independent, memory)] == [(2, True)]
@@ -158,6 +161,9 @@ def test_shared_groups_keep_kernels_touching_written_memory_apart():
     assert [len(g) for g, _ in shared_groups(waw, memory)] == [1, 1]
     block = [_step(["a"], ["b"]), _step(["c"], ["d"], mode="block"), _step(["f"], ["g"]), _step(["h"], ["h"])]
     assert [(len(g), s) for g, s in shared_groups(block, memory)] == [(1, False), (1, False), (2, True)]
+    # (a full reduction, one outer iteration, goes whole to one thread)
+    sums = [_step(["a"], ["b"], mode="block", outer=1), _step(["c"], ["d"], mode="block", outer=1)]
+    assert [(len(g), s) for g, s in shared_groups(sums, memory)] == [(2, True)]
     small = [_step(["a"], ["b"], work=10), _step(["c"], ["d"], work=10)]
     assert [(len(g), s) for g, s in shared_groups(small, memory)] == [(2, False)]
     assert shared_groups(independent, None) == [(independent, False)]
