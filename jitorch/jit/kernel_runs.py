@@ -228,7 +228,7 @@ def deal(items, n):
         lo = 0
         while lo < outer:
             goal = total * (len(parts) + 1) / n
-            if len(parts) == n - 1 or outer == 1:
+            if len(parts) == n - 1 or outer == 1 or work <= 0:  # (rows of no work: whole)
                 hi = outer
             else:
                 per_row = work / outer

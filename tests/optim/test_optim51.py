@@ -171,7 +171,8 @@ def test_shared_groups_keep_kernels_touching_written_memory_apart():
 
 @pytest.mark.parametrize("n", [1, 2, 3, 16])
 def test_deal_covers_every_row_once_in_near_equal_parts(n):
-    items = [(1, 10, 128, 128), (2, 20, 1, 5000), (3, 30, 49152, 49152), (4, 40, 7, 7 * 512), (5, 50, 3, 3)]
+    items = [(1, 10, 128, 128), (2, 20, 1, 5000), (3, 30, 49152, 49152), (4, 40, 7, 7 * 512), (5, 50, 3, 3),
+             (6, 60, 5, 0)]  # (the last: rows of an empty tensor's kernel)
     parts = deal(items, n)
     assert 1 <= len(parts) <= n
     covered = {}
