@@ -19,11 +19,13 @@ and the kernels between them run in programs of their own. Profiled calls run ev
 is a span.
 
 At more than one thread, consecutive kernels of a run that touch no memory another of them writes (`shared_groups`:
-an optimizer's updates, one kernel per parameter; clipping's sums of squares, one per gradient) run as one fork of the team instead: their rows, all kernels'
-together, are dealt into one program per thread of near-equal work (`SharedPrograms`), a kernel's outer loop cut
-where a part's share ends. GPT-4x128's AdamW step was 52 kernels, 12 of them split alone (12 forks and joins) and 40
-small ones run on the calling thread while the workers waited. A kernel's rows give the same values whichever thread
-runs them and wherever its loop is cut (kernels that split already are cut at any row), so the results are the same
+an optimizer's updates, one kernel per parameter; clipping's sums of squares, one per gradient) run as one fork of
+the team instead: their rows, all kernels' together, are dealt into one program per thread of near-equal work
+(`SharedPrograms`), a kernel's outer loop cut where a part's share ends. GPT-4x128's AdamW update of its 18
+matrices was 12 forks and joins (one per kernel over 2**15 elements) with the 6 others run on the calling thread
+while the workers waited, and clipping's 18 sums of squares of those matrices ran one after another on the calling
+thread; each is now one fork. A kernel's rows give the same values whichever thread runs them and wherever its loop
+is cut (kernels that split already are cut at any row; a full reduction goes whole), so the results are the same
 bits at any thread count.
 """
 
