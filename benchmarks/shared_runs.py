@@ -3,6 +3,7 @@ shared groups: an optimizer's per-parameter updates) against the same step witho
 alone, the others on the calling thread), built in one process and interleaved.
 
     python benchmarks/shared_runs.py [--models gpt-4x128,dcgan,lstm,cnn] [--threads 2] [--reps 15] [--steps 3]
+                                     [--quick]
 
 Per model and thread count: the median over ``--reps`` turns of ``--steps`` steps of each system, wall-clock ms per
 step (the process's time at more than one thread would count the workers' spinning), their ratio, the fastest turns,
@@ -28,9 +29,10 @@ from jitorch.jit.kernel_runs import KernelRun  # noqa: E402
 import models  # noqa: E402
 
 
-def build(name, shared, warmup=4):
-    """A warmed compiled step of model ``name``, its runs with shared groups or without, and the compiled function."""
-    w = models.workload(jitorch, name, False)
+def build(name, shared, warmup=4, quick=False):
+    """A warmed compiled step of model ``name`` (at benchmarks/models.py's ``quick`` sizes or not), its runs with
+    shared groups or without, and the compiled functions it made."""
+    w = models.workload(jitorch, name, quick)
     before = set(map(id, (o for o in gc.get_objects() if isinstance(o, CompiledFunction))))
     step = models.whole_step(jitorch, w)
     plain = executor.kernel_runs
@@ -53,9 +55,11 @@ def shared_kernels(functions):
     return sum(groups), len(groups)
 
 
-def measure(name, threads, reps, steps):
+def measure(name, threads, reps, steps, quick=False):
+    """Print the row of model ``name`` at ``threads`` threads; returns (median ms with shared groups, without,
+    kernels in shared groups)."""
     jitorch.set_num_threads(threads)
-    (shared, made), (plain, _) = build(name, True), build(name, False)
+    (shared, made), (plain, _) = build(name, True, quick=quick), build(name, False, quick=quick)
     times = {"shared": [], "before": []}
     for _ in range(reps):
         for label, step in (("shared", shared), ("before", plain)):
@@ -68,19 +72,25 @@ def measure(name, threads, reps, steps):
     print(f"  {name:10s} {threads}t  shared {a:8.2f}  before {b:8.2f}  ratio {a / b:5.3f}   fastest "
           f"{min(times['shared']):8.2f} / {min(times['before']):8.2f}   {kernels} kernels in {groups} shared groups",
           flush=True)
+    return a, b, kernels
 
 
-def main():
+def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", default="gpt-4x128,dcgan,lstm,cnn")
     parser.add_argument("--threads", default="2")
     parser.add_argument("--reps", type=int, default=15)
     parser.add_argument("--steps", type=int, default=3)
-    args = parser.parse_args()
+    parser.add_argument("--quick", action="store_true", help="benchmarks/models.py's small sizes")
+    args = parser.parse_args(argv)
     print(f"load: {os.getloadavg()[0]:.2f}; wall ms per step, medians of {args.reps} turns of {args.steps} steps")
-    for threads in (int(t) for t in args.threads.split(",")):
-        for name in args.models.split(","):
-            measure(name, threads, args.reps, args.steps)
+    before = jitorch.get_num_threads()
+    try:
+        for threads in (int(t) for t in args.threads.split(",")):
+            for name in args.models.split(","):
+                measure(name, threads, args.reps, args.steps, args.quick)
+    finally:
+        jitorch.set_num_threads(before)
 
 
 if __name__ == "__main__":
