@@ -7,7 +7,8 @@ alone, the others on the calling thread), built in one process and interleaved.
 
 Per model and thread count: the median over ``--reps`` turns of ``--steps`` steps of each system, wall-clock ms per
 step (the process's time at more than one thread would count the workers' spinning), their ratio, the fastest turns,
-and the shared groups' kernels. At one thread both systems run the same program of kernels (shared groups fork
+the shared groups' kernels, and each system's forks of the thread team per step (`threads.counters`: which, unlike
+the times, a busy machine does not change). At one thread both systems run the same program of kernels (shared groups fork
 only at more than one thread). Timings on a shared machine are noisy: give the load (``uptime``) with them.
 """
 
@@ -26,6 +27,7 @@ import jitorch  # noqa: E402
 from jitorch.jit import executor  # noqa: E402
 from jitorch.jit.compile import CompiledFunction  # noqa: E402
 from jitorch.jit.kernel_runs import KernelRun  # noqa: E402
+from jitorch.runtime import threads as team  # noqa: E402
 import models  # noqa: E402
 
 
@@ -60,6 +62,11 @@ def measure(name, threads, reps, steps, quick=False):
     kernels in shared groups)."""
     jitorch.set_num_threads(threads)
     (shared, made), (plain, _) = build(name, True, quick=quick), build(name, False, quick=quick)
+    forks = {}
+    for label, step in (("shared", shared), ("before", plain)):
+        before = team.counters["forks"]
+        step()
+        forks[label] = team.counters["forks"] - before
     times = {"shared": [], "before": []}
     for _ in range(reps):
         for label, step in (("shared", shared), ("before", plain)):
@@ -70,8 +77,8 @@ def measure(name, threads, reps, steps, quick=False):
     a, b = statistics.median(times["shared"]), statistics.median(times["before"])
     kernels, groups = shared_kernels(made)
     print(f"  {name:10s} {threads}t  shared {a:8.2f}  before {b:8.2f}  ratio {a / b:5.3f}   fastest "
-          f"{min(times['shared']):8.2f} / {min(times['before']):8.2f}   {kernels} kernels in {groups} shared groups",
-          flush=True)
+          f"{min(times['shared']):8.2f} / {min(times['before']):8.2f}   {kernels} kernels in {groups} shared groups, "
+          f"forks per step {forks['shared']} / {forks['before']}", flush=True)
     return a, b, kernels
 
 
