@@ -677,6 +677,7 @@ class Plan:
         self.slot_bytes = []     # per slot: its size
         self.inplace = {}        # mutated value -> the input or constant value whose memory it reuses
         root, last_use, escaping = lifetimes(graph, steps)
+        self.root = root         # view value -> the value whose memory it shares
         inputs = set(graph.inputs) | set(graph.constants.values())
         mutated = {value: target for target, value in graph.mutations}
         # a value that also leaves the call another way (returned, as a .grad, or written into a
@@ -779,6 +780,15 @@ class Plan:
             if x in made and readers.get(x) == 1 and x not in viewed and step.nodes[0].outputs[0] in step.into_arena:
                 found.add(x)
         return found
+
+    def memory(self, value):
+        """What names the memory ``value`` lives in during a call (`kernel_runs.shared_groups`): its arena slot, else
+        the value whose memory it is, through views and in-place updates (an input or constant; else a value of
+        its own memory)."""
+        root = self.root.get(value, value)
+        root = self.inplace.get(root, root)
+        slot = self.slots.get(root)
+        return root if slot is None else ("slot", slot)
 
     @staticmethod
     def _can_update_in_place(step, j, value, target, root, last_use, escaping, reading):
@@ -1509,7 +1519,7 @@ class CompiledGraph:
         src = Source()
         src.profiled = profiled
         if self.runs is None:
-            self.runs = kernel_runs(self.steps, _joins_run)
+            self.runs = kernel_runs(self.steps, _joins_run, self.plan.memory)
         runs = [u for u in self.runs if type(u) is KernelRun]
         src.namespace.update(_np_empty=np.empty, _pool_empty=allocator.empty, _track=allocator.track,
                              _addressof=ctypes.addressof, _make=Tensor._make, _Storage=Storage, _address=_address, _compact=compact,
@@ -1614,7 +1624,8 @@ class CompiledGraph:
         once (both only once ``set_num_threads`` lets products split), else None."""
         if self._backend[2] is not KernelStep:
             return None
-        if any(getattr(getattr(step, "kernel", None), "parallel", False) for step in self.steps):
+        if any(getattr(getattr(step, "kernel", None), "parallel", False) for step in self.steps) \
+                or any(type(unit) is KernelRun and any(unit.shared) for unit in self.runs or ()):
             return "kernels"
         if any(type(step) is ProductPair or (_product_work(step) or 0) >= SPLIT_MIN_WORK for step in self.steps):
             return "products"
