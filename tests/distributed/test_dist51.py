@@ -1,4 +1,4 @@
-"""The agreement's wide lane for mid-sized all-reduces, and DDP's bucket copies through views made once
+"""The agreement's wide lane for mid-sized all-reduces, and DDP's averaged gradients in both of its gradient layouts
 (session 51), under the launcher (`dist51_check.py`)."""
 
 import re

@@ -49,16 +49,10 @@ class _Bucket:
         self.buffer = params[0].new_zeros(sum(self.sizes))
         self.ready = 0
         self.work = None
-        # per parameter, made once (the buffer's memory never moves): its part of the buffer as a tensor, and
-        # that part's NumPy view in the parameter's shape. The copies in and out go through these, where
-        # slicing the buffer and viewing it as the parameter each step took 4 tensor calls per parameter
-        self.parts = [(p, self.buffer[start:start + n])
-                      for p, n, start in zip(params, self.sizes, _starts(self.sizes))]
-        self.arrays = [part._array().reshape(p.shape) for p, part in self.parts]
 
     def slices(self):
-        """(parameter, its part of the buffer: a 1-d tensor) for each of the bucket's parameters."""
-        return self.parts
+        for p, n, start in zip(self.params, self.sizes, _starts(self.sizes)):
+            yield p, self.buffer[start:start + n]
 
 
 class DistributedDataParallel(Module):
@@ -242,15 +236,15 @@ class DistributedDataParallel(Module):
         torch's mul_out, in one NumPy pass over the tensors' own memory (the bucket and the gradients are CPU
         tensors: MPI sends CPU tensors)."""
         scale = 1 / self._world
-        for (p, part), flat in zip(bucket.parts, bucket.arrays):
-            grad = p.grad
+        for p, part in bucket.slices():
+            grad, flat = p.grad, part._array()
             if grad is None:
                 flat[...] = 0
             elif _is_view_of(grad, part):
                 flat *= scale
             else:
-                np.multiply(grad._array(), scale, out=flat, casting="unsafe")
-        bucket.buffer._bump_version()  # (the parts share the buffer's storage, and its version)
+                np.multiply(grad._array().reshape(-1), scale, out=flat, casting="unsafe")
+            part._bump_version()
 
     def _reduce_in_graph(self, bucket):
         unused = self._globally_unused()  # known when tracing: the graph leaves those gradients alone
@@ -280,18 +274,18 @@ class DistributedDataParallel(Module):
         """The averaged gradients into ``.grad`` (their own memory, or views of the bucket with
         ``gradient_as_bucket_view``), those of parameters in ``unused`` (ids) left as they are."""
         with no_grad():
-            for (p, part), averaged in zip(bucket.parts, bucket.arrays):
-                if unused and id(p) in unused:
+            for p, part in bucket.slices():
+                if id(p) in unused:
                     continue
-                grad = p.grad
+                view = part.view(p.shape)
                 if self.gradient_as_bucket_view:
-                    if grad is None or not _is_view_of(grad, part):
-                        p.grad = part.view(p.shape)
-                elif grad is None:
-                    p.grad = part.view(p.shape).clone()
+                    if p.grad is None or not _is_view_of(p.grad, part):
+                        p.grad = view
+                elif p.grad is None:
+                    p.grad = view.clone()
                 else:
-                    np.copyto(grad._array(), averaged, casting="unsafe")
-                    grad._bump_version()
+                    np.copyto(p.grad._array(), view._array(), casting="unsafe")
+                    p.grad._bump_version()
 
 
 class _Progress:
