@@ -27,7 +27,8 @@ from . import nccl_ops
 from .mpi_backend import check_pairs, is_bfloat16, mpi, op_of, reducible, wait
 from .process_group import GroupMember, ReduceOp, World, members_only, outside, resolve
 
-_HEADER = 16  # int64s of a call's description: kind, dtype, ndim, 9 dims, reduce op, numel, later dims' hash, 1 unused
+# int64s of a call's description: kind, dtype, ndim, 9 dims, reduce op, numel, later dims' hash, device (1: NCCL's)
+_HEADER = 16
 # bytes every rank gives a call's agreement: the header, then up to INLINE bytes of data. Every collective's
 # agreement exchanges whole blocks, so a smaller one costs them all less, and a larger one carries more
 # all-reduces' data: 2 ranks, interleaved, against 4096: 4 B 3.8 -> 3.3 us, 4 KB (then through MPI) 5.6 -> 5.1,
@@ -191,7 +192,7 @@ def _agree(pg, kind, tensor, what, shape=True, op=None):
         Agreement(pg, kind, None, (), what).check()
     else:
         Agreement(pg, kind, tensor.dtype, tuple(tensor._shape) if shape else (), what,
-                  None if op is None else op.value).check()
+                  None if op is None else op.value, tensor.device.type == "cuda").check()
 
 
 def agree(pg, kind, dtype, shape, what):
@@ -200,10 +201,12 @@ def agree(pg, kind, dtype, shape, what):
 
 
 @functools.lru_cache(maxsize=256)
-def _header(kind, dtype, shape, op):
-    """The bytes describing a call (`_HEADER` int64s): its kind, dtype (a jitorch dtype or its name), shape and
-    reduce op (a name, or None). A shape of more than 9 dims gives its first 9, its element count and a hash of
-    the others (Python's hash of a tuple of ints is the same in every process)."""
+def _header(kind, dtype, shape, op, cuda=False):
+    """The bytes describing a call (`_HEADER` int64s): its kind, dtype (a jitorch dtype or its name), shape,
+    reduce op (a name, or None) and whether its tensor is CUDA's, through NCCL (``cuda``: a CPU tensor on one
+    rank and a CUDA tensor on another agreed, and the CPU rank reduced the other's block, which held no data, as
+    its inline data). A shape of more than 9 dims gives its first 9, its element count and a hash of the others
+    (Python's hash of a tuple of ints is the same in every process)."""
     row = np.zeros(_HEADER, np.int64)
     row[0] = _KINDS.index(kind)
     if dtype is not None:
@@ -213,6 +216,7 @@ def _header(kind, dtype, shape, op):
     row[12] = 0 if op is None else 1 + _OPS.index(op)
     row[13] = math.prod(shape)
     row[14] = hash(tuple(shape[9:])) if len(shape) > 9 else 0
+    row[15] = int(cuda)
     return row.tobytes()
 
 
@@ -261,6 +265,8 @@ class _Lane:
         headers = self.everyone[:, :8 * _HEADER].view(np.int64)
         row = np.frombuffer(header, np.int64)
         ops_only = (headers[:, :12] == row[:12]).all() and (headers[:, 13:] == row[13:]).all()
+        devices = len(set(headers[:, 15].tolist())) > 1  # (named only where they differ)
+        devices_only = devices and (headers[:, :15] == row[:15]).all()
         described = []
         for rank, row in zip(pg.ranks, headers):
             name = _DTYPES[row[1] - 1] if row[1] else "-"
@@ -268,8 +274,11 @@ class _Lane:
             shape = ", ".join(str(int(n)) for n in row[3:3 + min(row[2], 9)])
             if row[2] > 9:  # (the others are hashed)
                 shape += f", ... ({row[2]} dims, {row[13]} elements)"
-            described.append(f"rank {rank}: {_KINDS[row[0]]}({name}[{shape}]{op})")
+            device = f" on {'cuda' if row[15] else 'cpu'}" if devices else ""
+            described.append(f"rank {rank}: {_KINDS[row[0]]}({name}[{shape}]{op}{device})")
         disagree = "the reduce op" if ops_only else "the collective or on the tensors' dtype and shape"
+        if devices_only:
+            disagree = "the tensors' device (CPU tensors go through MPI, CUDA tensors through NCCL)"
         return RuntimeError(f"{what}: the ranks disagree on {disagree}: " + "; ".join(described))
 
     def free(self):
@@ -375,9 +384,9 @@ class Agreement:
     agreement in MPI's order of collectives, and MPI's result for collectives of different sizes is undefined
     (a hang, or memory written past a buffer)."""
 
-    def __init__(self, pg, kind, dtype, shape, what, op=None):
+    def __init__(self, pg, kind, dtype, shape, what, op=None, cuda=False):
         self.pg, self.what = pg, what
-        self.header = _header(kind, dtype, shape, op)
+        self.header = _header(kind, dtype, shape, op, cuda)
         self.blocks = _blocks(pg)
         self.request = self.blocks.start(self.header)
 
