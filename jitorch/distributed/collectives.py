@@ -6,9 +6,10 @@ Each call first checks, with one all-gather of a fixed-size block per rank on th
 (and, for a reduction, the same op): RuntimeError on every rank, naming each rank's call, otherwise (MPI and NCCL
 would hang or mix data), on CUDA tensors through NCCL too. An all-reduce of a CPU tensor whose bytes fit in the
 block (`INLINE`) travels in it, so the check and the data take one message, and is reduced from the gathered
-blocks once the check has passed. The check is every call's, but what an all-reduce's signature needs is worked
-out once per group (`_Plan`), and MPI's schedules are built once: the all-gather is persistent (`_Blocks`), as is
-the all-reduce of a tensor given again (`_Plan`).
+blocks once the check has passed; all-reduces of up to `WIDE_INLINE` bytes given in a row move the group to a
+lane of wider blocks, where theirs do too (`_Blocks`). The check is every call's, but what an all-reduce's
+signature needs is worked out once per group (`_Plan`), and MPI's schedules are built once: the all-gathers are
+persistent (`_Lane`), as is the all-reduce of a tensor given again (`_Plan`).
 Contiguous tensors are MPI's buffers themselves; others go through a contiguous copy.
 """
 
@@ -26,13 +27,22 @@ from . import nccl_ops
 from .mpi_backend import check_pairs, is_bfloat16, mpi, op_of, reducible, wait
 from .process_group import GroupMember, ReduceOp, World, members_only, outside, resolve
 
-_HEADER = 16  # int64s of a call's description: kind, dtype, ndim, 9 dims, reduce op, numel, later dims' hash, 1 unused
+# int64s of a call's description: kind, dtype, ndim, 9 dims, reduce op, numel, later dims' hash, device (1: NCCL's)
+_HEADER = 16
 # bytes every rank gives a call's agreement: the header, then up to INLINE bytes of data. Every collective's
 # agreement exchanges whole blocks, so a smaller one costs them all less, and a larger one carries more
 # all-reduces' data: 2 ranks, interleaved, against 4096: 4 B 3.8 -> 3.3 us, 4 KB (then through MPI) 5.6 -> 5.1,
 # 64 KB 26.4 -> 23.8, 1 KB (through MPI, was inline) 4.2 -> 4.3 (512 bytes measured as 1024; 2048 between)
 BLOCK = 1024
 INLINE = BLOCK - 8 * _HEADER
+# the wide lane's block (`_Blocks`), which all-reduces of up to 4 KB, given in a row, take: through MPI after the
+# agreement (two messages) 4 KB cost 4.9 us where mpi4py's Allreduce took 4.0 (session 50), and an all-gather of
+# 4 KB blocks costs less than an all-reduce of 4 KB (2 ranks: 4.9 against 7.8 us, loaded machine, interleaved);
+# one of 8 KB blocks took 69 (MPICH's shared-memory eager limit), and every call in the wide lane pays its block,
+# a 4 B one 1 us more than in the narrow lane's: so two lanes, and the wide one only for those all-reduces
+WIDE_BLOCK = 4096 + 8 * _HEADER
+WIDE_INLINE = WIDE_BLOCK - 8 * _HEADER
+WIDEN_AFTER = 2  # mid-sized all-reduces in a row that take the group to the wide lane
 _READINESS = 8 * _HEADER  # where an all-reduce through MPI says whether it can run its bound one (`_Plan`)
 # bytes of the largest all-reduce bound to its array (whose array mpi4py then keeps alive until the plan rebinds):
 # 2 ranks, persistent against Iallreduce, 64 KB 59 against 67 us, 256 KB 215 against 228, 512 KB and 1 MB alike
@@ -182,7 +192,7 @@ def _agree(pg, kind, tensor, what, shape=True, op=None):
         Agreement(pg, kind, None, (), what).check()
     else:
         Agreement(pg, kind, tensor.dtype, tuple(tensor._shape) if shape else (), what,
-                  None if op is None else op.value).check()
+                  None if op is None else op.value, tensor.device.type == "cuda").check()
 
 
 def agree(pg, kind, dtype, shape, what):
@@ -191,10 +201,12 @@ def agree(pg, kind, dtype, shape, what):
 
 
 @functools.lru_cache(maxsize=256)
-def _header(kind, dtype, shape, op):
-    """The bytes describing a call (`_HEADER` int64s): its kind, dtype (a jitorch dtype or its name), shape and
-    reduce op (a name, or None). A shape of more than 9 dims gives its first 9, its element count and a hash of
-    the others (Python's hash of a tuple of ints is the same in every process)."""
+def _header(kind, dtype, shape, op, cuda=False):
+    """The bytes describing a call (`_HEADER` int64s): its kind, dtype (a jitorch dtype or its name), shape,
+    reduce op (a name, or None) and whether its tensor is CUDA's, through NCCL (``cuda``: a CPU tensor on one
+    rank and a CUDA tensor on another agreed, and the CPU rank reduced the other's block, which held no data, as
+    its inline data). A shape of more than 9 dims gives its first 9, its element count and a hash of the others
+    (Python's hash of a tuple of ints is the same in every process)."""
     row = np.zeros(_HEADER, np.int64)
     row[0] = _KINDS.index(kind)
     if dtype is not None:
@@ -204,35 +216,31 @@ def _header(kind, dtype, shape, op):
     row[12] = 0 if op is None else 1 + _OPS.index(op)
     row[13] = math.prod(shape)
     row[14] = hash(tuple(shape[9:])) if len(shape) > 9 else 0
+    row[15] = int(cuda)
     return row.tobytes()
 
 
-class _Blocks:
-    """A group's agreement: this rank's block, every rank's (a row each), views of their headers, the all-gather
-    that exchanges them, and the all-reduce plans (`_Plan`) made so far, by signature.
+class _Lane:
+    """One size of agreement block (`BLOCK` or `WIDE_BLOCK` bytes): this rank's block, every rank's (a row each),
+    views of their headers, and the all-gather that exchanges them.
 
     The all-gather is MPI 4's persistent one (``Allgather_init``), started again for every call: MPI builds its
     schedule once, where ``Iallgather`` built one per call (2 ranks, blocks of 4 KB: 1.8 against 2.9 us a call,
     median of interleaved runs). A thread world's communicator (`threads`) has one too, so ranks that are
-    threads take the same path; a communicator without one gathers per call. The blocks are made at the group's first agreement, the same call on every rank, so the persistent all-gather is
-    initialised at the same place in every rank's order of collectives, as MPI requires."""
+    threads take the same path; a communicator without one gathers per call."""
 
-    def __init__(self, pg):
+    def __init__(self, pg, nbytes):
         size = pg.size()
-        self.comm = pg.comm
-        self.mine = np.zeros(BLOCK, np.uint8)
-        self.everyone = np.empty((size, BLOCK), np.uint8)
+        self.comm, self.nbytes, self.inline = pg.comm, nbytes, nbytes - 8 * _HEADER
+        self.mine = np.zeros(nbytes, np.uint8)
+        self.everyone = np.empty((size, nbytes), np.uint8)
         self.writable = memoryview(self.mine)
         flat = memoryview(self.everyone).cast("B")
-        self.headers = [flat[r * BLOCK:r * BLOCK + 8 * _HEADER] for r in range(size)]
+        self.headers = [flat[r * nbytes:r * nbytes + 8 * _HEADER] for r in range(size)]
         # the others' headers: this rank's row is its own block, copied by MPI, which needs no comparing
         self.others = [h for r, h in enumerate(self.headers) if r != pg.rank()]
-        self.ready = flat[_READINESS::BLOCK]  # every rank's, of an all-reduce through MPI (`_Plan`)
+        self.ready = flat[_READINESS::nbytes]  # every rank's, of an all-reduce through MPI (`_Plan`)
         self.written = None  # the header in ``mine`` now: a call like the last writes none
-        self.plans = {}
-        # (weak reference to the array, op, plan) of the last all-reduce whose data travelled in the block
-        # (`all_reduce`): weak, as a small view's array holds all of its base's memory
-        self.hot = _COLD
         init = getattr(self.comm, "Allgather_init", None)
         self.persistent = None if init is None else init(self.mine, self.everyone)
         self.running = False  # the persistent all-gather was started and not seen finished
@@ -252,18 +260,13 @@ class _Blocks:
         self.running = True
         return self.persistent
 
-    def check(self, request, header, pg, what):
-        """Wait for every rank's block; RuntimeError naming each rank's call unless every header is ``header``."""
-        wait(request, pg.timeout, what)
-        self.running = False
-        for other in self.others:
-            if other.tobytes() != header:  # (a memoryview compared with bytes goes byte by byte: 5x slower)
-                raise self._disagreement(header, pg, what)
-
-    def _disagreement(self, header, pg, what):
+    def disagreement(self, header, pg, what):
+        """The RuntimeError naming each rank's call, from the gathered headers (which differ from ``header``)."""
         headers = self.everyone[:, :8 * _HEADER].view(np.int64)
         row = np.frombuffer(header, np.int64)
         ops_only = (headers[:, :12] == row[:12]).all() and (headers[:, 13:] == row[13:]).all()
+        devices = len(set(headers[:, 15].tolist())) > 1  # (named only where they differ)
+        devices_only = devices and (headers[:, :15] == row[:15]).all()
         described = []
         for rank, row in zip(pg.ranks, headers):
             name = _DTYPES[row[1] - 1] if row[1] else "-"
@@ -271,26 +274,91 @@ class _Blocks:
             shape = ", ".join(str(int(n)) for n in row[3:3 + min(row[2], 9)])
             if row[2] > 9:  # (the others are hashed)
                 shape += f", ... ({row[2]} dims, {row[13]} elements)"
-            described.append(f"rank {rank}: {_KINDS[row[0]]}({name}[{shape}]{op})")
+            device = f" on {'cuda' if row[15] else 'cpu'}" if devices else ""
+            described.append(f"rank {rank}: {_KINDS[row[0]]}({name}[{shape}]{op}{device})")
         disagree = "the reduce op" if ops_only else "the collective or on the tensors' dtype and shape"
+        if devices_only:
+            disagree = "the tensors' device (CPU tensors go through MPI, CUDA tensors through NCCL)"
         return RuntimeError(f"{what}: the ranks disagree on {disagree}: " + "; ".join(described))
+
+    def free(self):
+        """Release the persistent all-gather, unless it is running (a timed-out call left it: MPI aborts at exit
+        then, `mpi_backend.broken`)."""
+        if self.persistent is not None and not self.running:
+            self.persistent.Free()
+        self.persistent = None
+
+
+class _Blocks:
+    """A group's agreement: its two lanes (`_Lane`: blocks of `BLOCK` bytes, and of `WIDE_BLOCK` for all-reduces
+    of up to `WIDE_INLINE` bytes), the lane the next call takes, and the all-reduce plans (`_Plan`) made so far,
+    by signature.
+
+    Every rank must give a block of the same size, whatever it calls, so the lane is chosen from what every rank
+    saw alike: the calls agreed on before (an all-gather of blocks of different sizes is MPI's undefined
+    behaviour). After `WIDEN_AFTER` all-reduces in a row of more than `INLINE` and at most `WIDE_INLINE` bytes
+    (each through MPI after its agreement: two messages), the group takes the wide lane, where their data travels
+    in the block (one message); any other call, or a disagreement, takes it back to the narrow one. Both lanes'
+    persistent all-gathers are made at the group's first agreement, the same call on every rank, so each is
+    initialised at the same place in every rank's order of collectives, as MPI requires."""
+
+    def __init__(self, pg):
+        self.narrow = _Lane(pg, BLOCK)
+        self.wide = _Lane(pg, WIDE_BLOCK)
+        self.lane = self.narrow
+        self.streak = 0  # mid-sized all-reduces agreed on in a row (`settle`)
+        self.plans = {}
+        # (weak reference to the array, op, `_Inline`) of the last all-reduce whose data travelled in the lane's
+        # block (`all_reduce`): weak, as a small view's array holds all of its base's memory
+        self.hot = _COLD
+
+    @property
+    def persistent(self):
+        """The current lane's persistent all-gather (None where the communicator has none)."""
+        return self.lane.persistent
+
+    def start(self, header):
+        """Start the current lane's all-gather of ``header`` (`_Lane.start`); its request."""
+        return self.lane.start(header)
+
+    def check(self, request, header, pg, what, mid=False):
+        """Wait for every rank's block; RuntimeError naming each rank's call unless every header is ``header``.
+        Then the lane of the group's next call (`settle`): ``mid``, the call was an all-reduce of more than
+        `INLINE` and at most `WIDE_INLINE` bytes."""
+        lane = self.lane
+        wait(request, pg.timeout, what)
+        lane.running = False
+        for other in lane.others:
+            if other.tobytes() != header:  # (a memoryview compared with bytes goes byte by byte: 5x slower)
+                self.settle(False)  # (every rank sees a header unlike its own: all settle alike)
+                raise lane.disagreement(header, pg, what)
+        self.settle(mid)
+
+    def settle(self, mid):
+        """Choose the next call's lane after an agreement, the same on every rank (see the class)."""
+        if mid:
+            self.streak += 1
+            if self.streak >= WIDEN_AFTER and self.lane is self.narrow:
+                self.lane, self.hot = self.wide, _COLD
+        else:
+            self.streak = 0
+            if self.lane is not self.narrow:
+                self.lane, self.hot = self.narrow, _COLD
 
     def forget_plans(self):
         """Drop the plans, freeing their bound all-reduces (not running ones, which an async call not waited
         for holds: MPI forbids freeing those, and keeps them to the end)."""
         for plan in self.plans.values():
-            if not plan.inline and not plan.busy:
+            if not plan.busy:
                 plan.unbind()
         self.plans.clear()
         self.hot = _COLD
 
     def free(self):
-        """Release the persistent all-gather and all-reduces, before their communicator is freed; not running
-        ones, which a timed-out call left (MPI aborts at exit then: `mpi_backend.broken`)."""
+        """Release the persistent all-gathers and all-reduces, before their communicator is freed."""
         self.forget_plans()
-        if self.persistent is not None and not self.running:
-            self.persistent.Free()
-        self.persistent = None
+        self.narrow.free()
+        self.wide.free()
 
 
 _COLD = (lambda: None, None, None)  # `_Blocks.hot` when no all-reduce is (`all_reduce` takes no None array)
@@ -304,20 +372,21 @@ def _blocks(pg):
 
 
 class Agreement:
-    """Whether every rank describes its call alike: one non-blocking all-gather of a `BLOCK` of bytes per rank,
-    its header (kind, dtype, shape, numel, op) and, for an all-reduce of at most `INLINE` bytes (`_Plan`), its
-    data, so that the check and the data take one message. The block's size is the same for every call, so
-    ranks that called different collectives, or gave different sizes, still exchange whole blocks and each sees
-    every other's header: all raise, naming each rank's call, and no rank's output is written.
+    """Whether every rank describes its call alike: one non-blocking all-gather of a block of bytes per rank (the
+    group's lane's, `_Blocks`), its header (kind, dtype, shape, numel, op) and, for an all-reduce that fits in
+    the block (`_Plan`), its data, so that the check and the data take one message. The block's size is the same
+    on every rank whatever it calls, so ranks that called different collectives, or gave different sizes, still
+    exchange whole blocks and each sees every other's header: all raise, naming each rank's call, and no rank's
+    output is written.
 
     Every call needs it, and before its data moves: a rank that skipped it (say, for a signature the ranks
     agreed on before) while another called with a new one would pair one rank's data with the other's
     agreement in MPI's order of collectives, and MPI's result for collectives of different sizes is undefined
     (a hang, or memory written past a buffer)."""
 
-    def __init__(self, pg, kind, dtype, shape, what, op=None):
+    def __init__(self, pg, kind, dtype, shape, what, op=None, cuda=False):
         self.pg, self.what = pg, what
-        self.header = _header(kind, dtype, shape, op)
+        self.header = _header(kind, dtype, shape, op, cuda)
         self.blocks = _blocks(pg)
         self.request = self.blocks.start(self.header)
 
@@ -336,9 +405,9 @@ def _contiguous_strides(shape, itemsize):
 
 class _Plan:
     """An all-reduce of one signature (dtype, shape, reduce op) on one group, of contiguous arrays of NumPy
-    ``array_dtype``, worked out at its first call: its header, whether its data travels in the agreement's
-    block (at most `INLINE` bytes) and then the views of that data in the blocks and the reduction, else MPI's
-    reduce op. Later calls with that signature do only what moves their data (`all_reduce`'s first lines).
+    ``array_dtype``, worked out at its first call: its header, and per lane (`_Blocks`) whether its data travels
+    in the agreement's block (`_Inline`, made at its first call there), else MPI's reduce op. Later calls with
+    that signature do only what moves their data (`all_reduce`'s first lines).
 
     Through MPI, an all-reduce of at most `BOUND_MAX` bytes that a tensor makes again with the array it gave last
     time runs a persistent all-reduce (MPI 4's ``Allreduce_init``) bound to that array, started again while
@@ -349,38 +418,28 @@ class _Plan:
     same place in its order of collectives), or all-reduce as before."""
 
     def __init__(self, pg, blocks, dtype, shape, op, array_dtype):
-        size, name = pg.size(), op.value
-        self.pg, self.blocks, self.shape, self.array_dtype = pg, blocks, shape, array_dtype
-        self.header = _header("all_reduce", dtype, shape, name)
+        self.pg, self.blocks, self.shape, self.array_dtype, self.op = pg, blocks, shape, array_dtype, op
+        self.header = _header("all_reduce", dtype, shape, op.value)
         self.strides = _contiguous_strides(shape, array_dtype.itemsize)
-        self.divisor = size if op is ReduceOp.AVG else None  # (AVG sums: the caller divides)
+        self.divisor = pg.size() if op is ReduceOp.AVG else None  # (AVG sums: the caller divides)
         self.in_place = mpi().IN_PLACE
-        nbytes = math.prod(shape) * array_dtype.itemsize
-        self.inline = nbytes <= INLINE
-        if not self.inline:
-            self.mpi_op = op_of(name, array_dtype)
+        self.nbytes = math.prod(shape) * array_dtype.itemsize
+        self.mid = INLINE < self.nbytes <= WIDE_INLINE  # (`_Blocks.settle`)
+        self.inlines = {}  # lane -> `_Inline`
+        self.bound = self.bound_array = None  # the persistent all-reduce, and a weak reference to its array
+        self.busy = False  # the bound all-reduce was started and its call has not finished
+        if self.nbytes > INLINE:
+            self.mpi_op = op_of(op.value, array_dtype)
             # only where the communicator has persistent all-reduces (a thread world's has its all-gather alone)
-            self.bindable = nbytes <= BOUND_MAX and hasattr(pg.comm, "Allreduce_init")
+            self.bindable = self.nbytes <= BOUND_MAX and hasattr(pg.comm, "Allreduce_init")
             self.last = None  # a weak reference to the array of this rank's last call (`run`)
-            self.bound = self.bound_array = None  # the persistent all-reduce, and a weak reference to its array
-            self.busy = False  # the bound all-reduce was started and its call has not finished
-            return
-        self.mine = np.ndarray(shape, array_dtype, buffer=blocks.mine, offset=8 * _HEADER)
-        rows = np.ndarray((size, *shape), array_dtype, buffer=blocks.everyone, offset=8 * _HEADER,
-                          strides=(BLOCK, *self.strides))
-        # booleans as logic, numbers as arithmetic (integers wrapping), MIN and MAX keeping a NaN of any rank, the
-        # rows reduced first to last: as MPI's all-reduce (`op_of`) reduces them
-        ufunc = (_LOGICAL_UFUNCS if array_dtype.kind == "b" else _UFUNCS)[name]
-        self.timeout = pg.timeout
-        # 2 ranks: one binary call, a third of reduce's time, the same values (reduce adds row after row); `pair`
-        # is its parts, which `run_inline` calls without the lambda's frame
-        self.pair = (ufunc, rows[0, ...], rows[1, ...]) if size == 2 else None
-        if size == 2:
-            first, second = rows[0, ...], rows[1, ...]
-            # (``out`` by keyword: NumPy deprecates a third positional argument of minimum and maximum)
-            self.reduce = lambda out: ufunc(first, second, out=out)
-        else:
-            self.reduce = lambda out: ufunc.reduce(rows, axis=0, out=out, dtype=array_dtype)
+
+    def inline_on(self, lane):
+        """The `_Inline` all-reduce of this signature in ``lane``'s block; None when its data does not fit."""
+        inline = self.inlines.get(lane)
+        if inline is None and self.nbytes <= lane.inline:
+            inline = self.inlines[lane] = _Inline(self, lane)
+        return inline
 
     def start(self, pg, array, what, reuse=False):
         """Agree on this all-reduce and reduce ``array`` (contiguous, of the plan's shape and dtype) in place
@@ -389,16 +448,18 @@ class _Plan:
         ``reuse``: ``array`` is a tensor's own (cached) array, which may run the bound all-reduce; the caller
         then calls `finish` when the returned request has completed."""
         blocks = self.blocks
-        if self.inline:
-            self.mine[...] = array
+        lane = blocks.lane
+        inline = self.inline_on(lane)
+        if inline is not None:
+            inline.mine[...] = array
         else:
-            blocks.writable[_READINESS] = self.readiness(array) if reuse and self.bindable else 0
+            lane.writable[_READINESS] = self.readiness(array) if reuse and self.bindable else 0
         request = blocks.start(self.header)
-        blocks.check(request, self.header, pg, what)
-        if self.inline:
-            self.reduce(array)
+        blocks.check(request, self.header, pg, what, self.mid)
+        if inline is not None:
+            inline.reduce(array)
             return None
-        everyone = min(blocks.ready)  # (the same on every rank)
+        everyone = min(lane.ready)  # (the same on every rank)
         if everyone == 0:
             if reuse and self.bindable:
                 self.last = weakref.ref(array)
@@ -429,44 +490,14 @@ class _Plan:
             self.bound.Free()
             self.bound = self.bound_array = None
 
-    def run_inline(self, tensor, array, async_op):
-        """`run` of an all-reduce whose data travels in the agreement's block (`inline`), `start`'s and `finish`'s
-        steps written out: at 4 bytes the Python around MPI's all-gather was more than the all-gather itself
-        (2 ranks, session 48: 4.5 us a call against mpi4py's blocking Allreduce's 3.1). Each call less (the
-        all-gather's start, the reduction's lambda, the tensor's version) took 30 to 100 ns of it."""
-        blocks, header = self.blocks, self.header
-        self.mine[...] = array
-        request = blocks.persistent
-        if blocks.written is header and not blocks.running and request is not None:
-            request.Start()  # (`_Blocks.start`'s common case, a call less)
-            blocks.running = True
-        else:
-            request = blocks.start(header)
-        wait(request, self.timeout, "all_reduce")
-        blocks.running = False
-        for other in blocks.others:
-            if other.tobytes() != header:
-                raise blocks._disagreement(header, self.pg, "all_reduce")
-        pair = self.pair
-        if pair is None:
-            self.reduce(array)
-        else:
-            pair[0](pair[1], pair[2], out=array)
-        if self.divisor is not None:
-            np.divide(array, self.divisor, out=array)
-        tensor._storage._version += 1  # (`Tensor._bump_version`)
-        return Work([], None, self.timeout, "all_reduce", [tensor]) if async_op else None
-
     def run(self, tensor, array, async_op):
         """`start` on ``array``, ``tensor``'s own memory, then finish (AVG divides; the version moves): now, or
         by the `Work`'s ``wait()`` for ``async_op``."""
-        if self.inline:
-            return self.run_inline(tensor, array, async_op)
         pg = self.pg
+        inline = self.inline_on(self.blocks.lane)
+        if inline is not None:
+            return inline.run(tensor, array, async_op)
         request = self.start(pg, array, "all_reduce", reuse=True)
-        if request is None:
-            self.finish(tensor, array)
-            return Work([], None, pg.timeout, "all_reduce", [tensor]) if async_op else None
         if async_op:
             return Work([request], lambda: self.finish(tensor, array), pg.timeout, "all_reduce", [tensor])
         wait(request, pg.timeout, "all_reduce")
@@ -478,6 +509,67 @@ class _Plan:
         if self.divisor is not None:
             np.divide(array, self.divisor, out=array)  # in place: ``array / size`` made a second buffer
         tensor._bump_version()
+
+
+class _Inline:
+    """A `_Plan`'s all-reduce whose data travels in a lane's block: the views of that data in this rank's block
+    and in every rank's, and their reduction."""
+
+    def __init__(self, plan, lane):
+        size, array_dtype, shape = plan.pg.size(), plan.array_dtype, plan.shape
+        self.plan, self.lane, self.blocks, self.header = plan, lane, plan.blocks, plan.header
+        self.divisor, self.timeout = plan.divisor, plan.pg.timeout
+        self.settles = not plan.mid  # after the call the group's lane is the narrow one (`_Blocks.settle`)
+        self.mine = np.ndarray(shape, array_dtype, buffer=lane.mine, offset=8 * _HEADER)
+        rows = np.ndarray((size, *shape), array_dtype, buffer=lane.everyone, offset=8 * _HEADER,
+                          strides=(lane.nbytes, *plan.strides))
+        # booleans as logic, numbers as arithmetic (integers wrapping), MIN and MAX keeping a NaN of any rank, the
+        # rows reduced first to last: as MPI's all-reduce (`op_of`) reduces them
+        ufunc = (_LOGICAL_UFUNCS if array_dtype.kind == "b" else _UFUNCS)[plan.op.value]
+        # 2 ranks: one binary call, a third of reduce's time, the same values (reduce adds row after row).
+        # `binary` is it with ``out`` positional, which `run` calls without the lambda's frame: at 4 B a keyword
+        # ``out`` cost 100 ns more of NumPy's 500 (NumPy deprecates a positional one for minimum and maximum)
+        self.binary = None
+        if size == 2:
+            first, second = rows[0, ...], rows[1, ...]
+            if ufunc is not np.minimum and ufunc is not np.maximum:
+                self.binary = functools.partial(ufunc, first, second)
+            self.reduce = lambda out: ufunc(first, second, out=out)
+        else:
+            self.reduce = lambda out: ufunc.reduce(rows, axis=0, out=out, dtype=array_dtype)
+
+    def run(self, tensor, array, async_op):
+        """`_Plan.start`'s and `_Plan.finish`'s steps written out: at 4 bytes the Python around MPI's all-gather
+        was more than the all-gather itself (2 ranks, session 48: 4.5 us a call against mpi4py's blocking
+        Allreduce's 3.1). Each call less (the all-gather's start, the reduction's lambda, the tensor's version)
+        took 30 to 100 ns of it."""
+        lane, header = self.lane, self.header
+        self.mine[...] = array
+        request = lane.persistent
+        if lane.written is header and not lane.running and request is not None:
+            request.Start()  # (`_Lane.start`'s common case, a call less)
+            lane.running = True
+        else:
+            request = lane.start(header)
+        wait(request, self.timeout, "all_reduce")
+        lane.running = False
+        blocks = self.blocks
+        for other in lane.others:
+            if other.tobytes() != header:
+                blocks.settle(False)
+                raise lane.disagreement(header, self.plan.pg, "all_reduce")
+        # (a mid-sized all-reduce in the wide lane keeps the group there: nothing to settle)
+        if self.settles and (blocks.streak or blocks.lane is not blocks.narrow):
+            blocks.settle(False)
+        binary = self.binary
+        if binary is None:
+            self.reduce(array)
+        else:
+            binary(array)
+        if self.divisor is not None:
+            np.divide(array, self.divisor, out=array)
+        tensor._storage._version += 1  # (`Tensor._bump_version`)
+        return Work([], None, self.timeout, "all_reduce", [tensor]) if async_op else None
 
 
 _PLANS_KEPT = 1024  # signatures per group (a program of ever new shapes starts over past it)
@@ -543,15 +635,17 @@ def all_reduce(tensor, op=ReduceOp.SUM, group=None, async_op=False):
         # (2 ranks, 4 B: 0.5 us of the lookup below against 0.1)
         hot, array = blocks.hot, tensor._arr
         if array is hot[0]() and op is hot[1] and array is not None:
-            return hot[2].run_inline(tensor, array, async_op)
+            return hot[2].run(tensor, array, async_op)
         if tensor.device.type == "cpu":
             plan = blocks.plans.get((tensor.dtype, tensor._shape, op))
             if plan is not None:
                 array = tensor._array()
                 if array.dtype is plan.array_dtype and array.strides == plan.strides:
-                    if plan.inline:
-                        blocks.hot = (weakref.ref(array), op, plan)
-                    return plan.run(tensor, array, async_op)
+                    inline = plan.inline_on(blocks.lane)
+                    if inline is None:
+                        return plan.run(tensor, array, async_op)
+                    blocks.hot = (weakref.ref(array), op, inline)
+                    return inline.run(tensor, array, async_op)
     return _all_reduce(tensor, op, group, async_op)
 
 

@@ -15,6 +15,10 @@ import time
 import numpy as np
 
 POLLS = 8  # MPI_Test calls between two looks at the clock
+# MPI_Test calls before the first look at the clock (about 3 us): a small collective's partner answers within
+# them, and the clock and the loop's ranges were a quarter of a 4 B all-reduce's wait (2 ranks, loaded machine,
+# a persistent all-gather of 1 KB: spinning on Test 1.00 us, the wait that read the clock after one Test 1.34)
+_SPIN = range(32)
 YIELD_AFTER = 50e-6  # seconds of waiting after which a wait yields the core between polls (see `wait`)
 
 def mpi():
@@ -84,16 +88,17 @@ def wait(request, timeout, what):
     The wait is MPI's ``Test`` called in a loop: MPICH's blocking wait polls the same way, so this is as fast,
     measured both ways, and only a loop here can stop at a deadline and raise. Each ``Test`` also advances
     MPI's other started requests. After ``YIELD_AFTER`` seconds it yields the core every ``POLLS`` tests, as
-    MPICH's own blocking wait does between polls: when more threads want the cores than there are (a loaded
-    machine), a rank that only spun would keep its core from the peer it waits for until the scheduler took
-    it away. Measured on 2 ranks of the loaded 2-core machine, torch's gloo group in the same processes, the
-    median of 30 all-reduces of 1 MB each after a barrier: spinning 29 ms, yielding after 50 us 5.1 ms,
-    mpi4py's blocking Allreduce 4.8 ms; where the ranks got the cores, 0.28, 0.16 and 3.6 ms (a quiet machine
-    has nothing to yield to: ``sched_yield`` returns at once)."""
+    MPICH's own blocking wait does between polls (the first `_SPIN` tests only spin): when more threads want
+    the cores than there are (a loaded machine), a rank that only spun would keep its core from the peer it
+    waits for until the scheduler took it away. Measured on 2 ranks of the loaded 2-core machine, torch's gloo
+    group in the same processes, the median of 30 all-reduces of 1 MB each after a barrier: spinning 29 ms,
+    yielding after 50 us 5.1 ms, mpi4py's blocking Allreduce 4.8 ms; where the ranks got the cores, 0.28, 0.16
+    and 3.6 ms (a quiet machine has nothing to yield to: ``sched_yield`` returns at once)."""
     test = request.Test
     try:
-        if test():
-            return
+        for _ in _SPIN:
+            if test():
+                return
         start = time.monotonic()
         while True:
             for _ in range(POLLS):

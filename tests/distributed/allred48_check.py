@@ -135,7 +135,7 @@ def bound(pg):
     none: new values each call (written in place), every op, async calls, another tensor of the signature while
     the bound one runs, ranks of which only some give the same tensor again, and plans dropped past
     `_PLANS_KEPT`, their bound all-reduces freed."""
-    n = INLINE // 4 + 100
+    n = collectives.WIDE_INLINE // 4 + 100  # (up to WIDE_INLINE bytes, mid-sized all-reduces go inline)
     for op in OPS:
         t = jt.zeros(n)
         for call in range(4):
