@@ -99,3 +99,19 @@ def test_batch_norm_stage_step_matches_torch_and_eager(generator, dtype):
         np.testing.assert_allclose(e, w, **tol)
         np.testing.assert_allclose(g, w, **tol)
         np.testing.assert_allclose(g, e, **tol)
+
+
+@pytest.mark.parametrize("generator", [True, False], ids=["relu_generator", "leaky_discriminator"])
+def test_batch_norm_stage_step_bits_do_not_follow_the_thread_count(generator):
+    # (the reductions' rule: one summation order whatever the thread count; the compiled steps at 1 and 2
+    # threads are two compiles of the same graph, their kernels' bits compared)
+    before = jt.get_num_threads()
+    try:
+        jt.set_num_threads(1)
+        one = run(jt, "float32", generator, compiled=True)
+        jt.set_num_threads(2)
+        two = run(jt, "float32", generator, compiled=True)
+    finally:
+        jt.set_num_threads(before)
+    for a, b in zip(one, two):
+        np.testing.assert_array_equal(a, b)
