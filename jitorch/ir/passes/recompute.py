@@ -51,7 +51,10 @@ kernel writes it), where
 * the value is neither kept by the call nor read by an external node, and every node of its cone is over
   the value's shape (a permuted copy computes nothing else),
 * its leaves of at least an eighth of its elements hold at most `REDUCTION_LEAF_BYTES` times its bytes (a
-  value another kernel writes costs its bytes written and read again), and
+  value another kernel writes costs its bytes written and read again), a leaf that another reduction of the same
+  shape and dims reads too not counted (`_reduction_reads`: fusion joins such sums in one kernel, which reads the
+  leaf once; a ReLU batch norm's backward in the dcgan generator wrote two products of its gradient, input and
+  output, 3x their bytes in leaves, in a kernel of their own and summed each in another, until session 51), and
 * each leaf of its size lies in memory in the value's order over the reduced dims (`_strides`), so the
   reduction's loops, nested by the widest leaf's strides, walk every leaf as they walked the value.
 
@@ -61,6 +64,7 @@ loop body), so a sum is equal to the one without the copies within rounding, a m
 
 from __future__ import annotations
 
+import collections
 from math import prod
 
 from ...ops import registry
@@ -395,9 +399,16 @@ def into_reductions(graph):
     kind = kinds.__getitem__
     pinned = _pinned(graph)
     position = {node: i for i, node in enumerate(graph.nodes)}
+    reads = _reduction_reads(graph, readers, pinned, kind)
+    by_key = {}
+    for key, bases in reads.values():
+        by_key.setdefault(key, collections.Counter()).update(bases)
     before, count = {}, 0
     for node in graph.nodes:
-        found = _prologue_value(graph, node, readers, pinned, kind, position)
+        key, bases = reads.get(node, (None, ()))
+        # (the leaves another reduction of its key reads too: read once where fusion joins the two)
+        shared = {b for b, n in by_key[key].items() if n > (b in bases)} if key is not None else set()
+        found = _prologue_value(graph, node, readers, pinned, kind, position, shared)
         if found is None:
             continue
         nodes, copy = found
@@ -410,14 +421,51 @@ def into_reductions(graph):
     return count
 
 
-def _prologue_value(graph, reduction, readers, pinned, kind, position):
+def _base(value, kind):
+    """The value that a chain of views of ``value`` starts from (``value`` where it is no view)."""
+    while value.node is not None and kind(value.node) == "view":
+        value = value.node.args[0]
+    return value
+
+
+def _reduction_reads(graph, readers, pinned, kind):
+    """{reduction: ((its read shape, its reduced dims), the values in memory its prologue reads, as `_base`s)}
+    for each reduction whose key another reduction has, one of them reading a permutation: a pointwise value it
+    reads (through permutations) is read through its cone's leaves (`_cone`), any other value itself.
+    Reductions of one key over the same leaves are the sums one kernel can take together (a batch norm
+    backward's sums all read its gradient, its input and its output), reading each leaf once."""
+    keys, chains = {}, {}
+    for node in graph.nodes:
+        if kind(node) == "reduction" and node.args and isinstance(node.args[0], Value):
+            read = node.args[0]
+            keys[node] = (tuple(read.type.shape), tuple(_reduced_dims(node, read.type.ndim)))
+            chains[node] = permutation_chain(read.node) if read.node is not None else None
+    alike = collections.Counter(keys.values())
+    permuted = {keys[node] for node, chain in chains.items() if chain is not None}
+    reads = {}
+    for node, key in keys.items():
+        # (no other reduction to share a leaf with, or none that reads a permutation: the cones' walk is spared)
+        if alike[key] == 1 or key not in permuted:
+            continue
+        read, chain = node.args[0], chains[node]
+        value = chain[0] if chain is not None else read
+        leaves = [value]
+        if value.node is not None and _pointwise(value.node, kind) and value not in pinned:
+            cone, found = _cone(value, readers, pinned, kind)
+            leaves = found if cone is not None else [value]
+        reads[node] = (key, {_base(v, kind) for v in leaves})
+    return reads
+
+
+def _prologue_value(graph, reduction, readers, pinned, kind, position, shared=frozenset()):
     """For a reduction reading ``permute(value, dims)`` (through a chain of permutations), ``value`` pointwise
     and neither kept nor read by an external node (fusion cannot make ``value`` the reduction's prologue: the
     view would need it in memory): (the nodes computing it again over the read shape, their last result),
     where its cone (`_cone`) reads at most `REDUCTION_LEAF_BYTES` times the value's bytes in its leaves of at
-    least an `SMALL_LEAF`th of its elements (a value another kernel writes costs its bytes written and read
-    again) and the leaves of the value's size lie in memory in the value's order over the reduced dims
-    (`_strides`), so the reduction's loops walk each of them as they walked the value; else None."""
+    least an `SMALL_LEAF`th of its elements, those in ``shared`` (as `_base`s: read by another reduction of its
+    shape and dims) not counted (a value another kernel writes costs its bytes written and read again), and
+    the leaves of the value's size lie in memory in the value's order over the reduced dims (`_strides`), so
+    the reduction's loops walk each of them as they walked the value; else None."""
     if kind(reduction) != "reduction" or not reduction.args or not isinstance(reduction.args[0], Value):
         return None
     read = reduction.args[0]
@@ -432,7 +480,8 @@ def _prologue_value(graph, reduction, readers, pinned, kind, position):
     if cone is None:
         return None
     small = _elements(value) / SMALL_LEAF
-    if sum(_bytes(v) for v in leaves if _elements(v) >= small) > REDUCTION_LEAF_BYTES * _bytes(value):
+    if sum(_bytes(v) for v in leaves if _elements(v) >= small and _base(v, kind) not in shared) > \
+            REDUCTION_LEAF_BYTES * _bytes(value):
         return None
     shape = read.type.shape
     reduced = _reduced_dims(reduction, len(shape))
