@@ -55,7 +55,7 @@ def _rewritten_files(config):
     found = []
     for arg in config.args:
         path = pathlib.Path(config.invocation_params.dir, arg.split("::")[0])
-        files = sorted(path.rglob("*.py")) if path.is_dir() else [path]
+        files = sorted(path.rglob("*.py")) if path.is_dir() else [path] if path.is_file() else []
         found += [f for f in files if any(fnmatch.fnmatch(f.name, p) for p in patterns)]
     return found
 
@@ -76,5 +76,8 @@ def pytest_collection(session):
         cache_dir = rewrite.get_cache_dir(source)
         pyc = cache_dir / (source.name[:-3] + rewrite.PYC_TAIL)
         if rewrite.try_makedirs(cache_dir) and rewrite._read_pyc(source, pyc, state.trace) is None:
-            stamp, code = rewrite._rewrite_test(source, session.config)
+            try:
+                stamp, code = rewrite._rewrite_test(source, session.config)
+            except (SyntaxError, ValueError):  # left to pytest's import, which reports it as that module's error
+                continue
             rewrite._write_pyc(state, code, stamp, pyc)
