@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import atexit
 import fnmatch
+import gc
 import os
 import pathlib
 import shutil
@@ -82,3 +83,11 @@ def pytest_collection(session):
             except (SyntaxError, ValueError):  # left to pytest's import, which reports it as that module's error
                 continue
             rewrite._write_pyc(state, code, stamp, pyc)
+
+
+def pytest_collection_finish(session):
+    """Collection's objects (the test modules, their parameters, torch's and jitorch's modules) live until the
+    end: after one last collection of its garbage they are frozen out of the cyclic collector, whose full
+    collections (tests call gc.collect() to see a buffer or a kernel freed) then no longer walk them."""
+    gc.collect()
+    gc.freeze()
