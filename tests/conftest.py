@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import atexit
-import fnmatch
 import gc
 import os
-import pathlib
 import shutil
 import sys
 import tempfile
@@ -48,41 +46,6 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 @pytest.fixture
 def rng():
     return np.random.default_rng(0)
-
-
-def _rewritten_files(config):
-    """The test modules and conftest files under the run's arguments, whose asserts pytest rewrites."""
-    patterns = [*config.getini("python_files"), "conftest.py"]
-    found = []
-    for arg in config.args:
-        path = pathlib.Path(config.invocation_params.dir, arg.split("::")[0])
-        files = sorted(path.rglob("*.py")) if path.is_dir() else [path] if path.is_file() else []
-        found += [f for f in files if any(fnmatch.fnmatch(f.name, p) for p in patterns)]
-    return found
-
-
-def pytest_collection(session):
-    """Under xdist, each worker first rewrites its share of the test modules (every n-th) into pytest's cache,
-    so that the two workers, which both import every module, rewrite each once between them instead of
-    each rewriting all (a fresh tree's collection by `pytest -n 2`: 55, 45 and 40 s of CPU with
-    neither cache, with pytest's own and with this). pytest's own loader then reads the cached
-    files, after checking them against the sources, and rewrites any module not yet cached itself."""
-    # pytest's own rewrite functions (private: the calls are the same in pytest 8.0, the oldest tested, and 9.2)
-    from _pytest.assertion import rewrite
-    worker = os.environ.get("PYTEST_XDIST_WORKER")
-    state = session.config.stash.get(rewrite.assertstate_key, None)  # None under --assert=plain
-    if worker is None or state is None:
-        return
-    index, count = int(worker.removeprefix("gw")), int(os.environ["PYTEST_XDIST_WORKER_COUNT"])
-    for source in _rewritten_files(session.config)[index::count]:
-        cache_dir = rewrite.get_cache_dir(source)
-        pyc = cache_dir / (source.name[:-3] + rewrite.PYC_TAIL)
-        if rewrite.try_makedirs(cache_dir) and rewrite._read_pyc(source, pyc, state.trace) is None:
-            try:
-                stamp, code = rewrite._rewrite_test(source, session.config)
-            except (SyntaxError, ValueError):  # left to pytest's import, which reports it as that module's error
-                continue
-            rewrite._write_pyc(state, code, stamp, pyc)
 
 
 def pytest_collection_finish(session):
