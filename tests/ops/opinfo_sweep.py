@@ -468,8 +468,12 @@ class Sweep:
     """Runs the samples of OpInfos and collects Outcomes."""
 
     def __init__(self, dtypes=DTYPES, layouts=LAYOUTS, grads=True, compiled=True, errors=True,
-                 reference=True, limit=None, op_seconds=None, sample_seconds=SAMPLE_SECONDS):
+                 reference=True, limit=None, op_seconds=None, sample_seconds=SAMPLE_SECONDS, compiled_rotates=False):
+        """``compiled_rotates`` compares compiled with eager in each sample's first layout and in one of its
+        other layouts, taken in turn from sample to sample, rather than in all (the suite's subset, where
+        compiling was most of the time): every sample and every layout is still compiled."""
         self.dtypes, self.layouts, self.grads, self.compiled = dtypes, layouts, grads, compiled
+        self.compiled_rotates = compiled_rotates
         self.errors, self.reference, self.limit, self.op_seconds = errors, reference, limit, op_seconds
         self.sample_seconds = sample_seconds
         self.outcomes: list[Outcome] = []
@@ -500,7 +504,7 @@ class Sweep:
                         self.record(op, f"{source} {str(dtype)[6:]}", "capped",
                                     f"samples #{i}-#{len(samples) - 1} not run (over {self.op_seconds} s CPU)")
                         break
-                    self._sample(op, theirs, ours, method, sample, f"{source}#{i} {str(dtype)[6:]}", dtype)
+                    self._sample(op, theirs, ours, method, sample, f"{source}#{i} {str(dtype)[6:]}", dtype, i)
         if self.errors and op.error_inputs_func is not None:
             self._errors(op, theirs, ours, method)
 
@@ -526,16 +530,17 @@ class Sweep:
         kwargs = lib.convert(dict(sample.kwargs))
         return args, kwargs, _quiet(fn, *args, **kwargs)
 
-    def _sample(self, op, theirs, ours, method, sample, label, dtype):
+    def _sample(self, op, theirs, ours, method, sample, label, dtype, index=0):
         if method and not isinstance(sample.input, torch.Tensor):
             return  # (a method's self is a tensor: torch's descriptor refuses a number, jitorch's need not)
-        for layout in self.layouts:
-            if layout != "contiguous" and not changes_layout(sample, layout):
-                continue
+        layouts = [layout for layout in self.layouts if layout == "contiguous" or changes_layout(sample, layout)]
+        for turn, layout in enumerate(layouts):
             tag = f"{label} {layout}"
             try:
                 with _deadline(self.sample_seconds):
-                    self._compare(op, theirs, ours, sample, tag, layout, dtype)
+                    self._compare(op, theirs, ours, sample, tag, layout, dtype,
+                                  compiled=self.compiled and (not self.compiled_rotates or turn == 0
+                                                              or turn == 1 + index % (len(layouts) - 1)))
             except SkipSample:
                 continue
             except Exception as exc:
@@ -545,7 +550,7 @@ class Sweep:
                 else:  # the harness's own failure, reported as such
                     self.record(op, tag, "harness", f"{type(exc).__name__}: {str(exc)[:120]}")
 
-    def _compare(self, op, theirs, ours, sample, tag, layout, dtype):
+    def _compare(self, op, theirs, ours, sample, tag, layout, dtype, compiled=True):
         grads = self.grads and layout == "contiguous" and dtype == torch.float64 and op.supports_autograd
         tlib, jlib = LaidOut(torch, layout, grads), LaidOut(jitorch, layout, grads)
         torch.manual_seed(0)
@@ -621,7 +626,7 @@ class Sweep:
             why = self._gradients(expected, got, tlib.leaves, jlib.leaves, ours, args, kwargs, (theirs, sample, op.name))
             if why:
                 return self.record(op, tag, "mismatch", f"gradient: {why}")
-        if self.compiled and type(op).__name__ in COMPILED and mode == "values" and \
+        if compiled and type(op).__name__ in COMPILED and mode == "values" and \
                 dtype in (torch.float32, torch.float64):
             why = self._compiled(ours, jlib, sample, layout, got)
             if why:
