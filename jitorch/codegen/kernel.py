@@ -59,7 +59,8 @@ from .errors import CompileError
 from .emitter import I64, Emitter, Scalar, llvm_type
 from .lanes import lanes, ordered_sum, plain_loop
 from .loops import counted_loop
-from .target import CPU
+from .target import CPU, vector_bits
+from .machine import selected
 from ..runtime.forks import module_lock
 
 
@@ -993,7 +994,7 @@ def build_reduction(group, name, target=None, aliases=None, layouts=None):
             for slot, j in zip(slots, js):
                 e.store(a.lowering.combine(e, e.load(slot, a.dtype),
                                            a.lowering.enter(e, value(b, j), a.compute, a.dtype)), slot)
-        streamed_run(b, lo, hi, count, visit)
+        streamed_run(b, lo, hi, count, visit, a.dtype.itemsize * 8)
         total = e.load(slots[0], a.dtype)
         for slot in slots[1:]:
             total = a.lowering.combine(e, total, e.load(slot, a.dtype))
@@ -1129,6 +1130,14 @@ STREAMS = 4
 # LLVM's to unroll (rows of 4 to 7 ran 1.15-1.7 times slower kept as loops).
 RUN_LOOP = (("llvm.loop.unroll.disable",), ("llvm.loop.interleave.count", 4))
 RUN_LOOP_MIN = 9
+# The widest vectors a run's loop takes. On an AVX-512 host LLVM chose 512-bit ones, which stream from memory
+# slower than 256-bit ones on an AMD EPYC (znver4): a 16M float32 sum's kernel alone took 2.20 ms in zmm, 2.01
+# in ymm, torch's sum 2.11 (the same loop written in C: 2.21 and 2.06 ms). Compiled calls, zmm -> ymm (torch):
+# the sum 2.59 -> 2.32 ms (2.25), row sums of 4096x4096 2.66 -> 2.28 (2.36) and 16384x1024 2.63 -> 2.27
+# (2.28), row maxima 2.34 -> 2.31 (2.31) and 2.49 -> 2.40 (2.41); one thread, thread CPU, medians of 21
+# interleaved, load 20. In ymm, 1, 2 or 8 streams and 2 or 8 vectors a turn changed nothing measurable.
+# Narrower targets keep LLVM's choice (x86-64-v2: 128 bits).
+RUN_VECTOR_BITS = 256
 
 
 def streams_for(count):
@@ -1136,20 +1145,29 @@ def streams_for(count):
     return STREAMS if count >= STREAMED_MIN else 1
 
 
-def streamed_run(b, lo, hi, count, visit):
+def run_loop(module, bits):
+    """The ``llvm.loop`` metadata of a long run's loop (`RUN_LOOP`) whose accumulators are ``bits``-bit
+    elements: vectors of at most `RUN_VECTOR_BITS` where the selected machine's are wider."""
+    widest = vector_bits(selected())
+    width = (("llvm.loop.vectorize.width", RUN_VECTOR_BITS // bits),) \
+        if widest is not None and widest > RUN_VECTOR_BITS >= bits else ()
+    return _loop_metadata(module, *RUN_LOOP, *width)
+
+
+def streamed_run(b, lo, hi, count, visit, bits):
     """Visit every index of [lo, hi) (``count`` indices, or at most so many) once: ``visit(b, js)`` with one
     index per stream, the i-th stream walking the i-th of `streams_for` ``count`` equal contiguous parts, then
     each index left over alone (``js`` of one). Each stream folds into an accumulator of its own: along a long
     run a core keeps more loads in flight along several streams than along one (a 16M sum's parts ran 3-7%
     faster in four; short runs are one stream: see `STREAMED_MIN`); the loop is vectorised with four vectors
-    of accumulators per stream (`RUN_LOOP`)."""
+    of accumulators per stream, of ``bits``-bit elements, at most `RUN_VECTOR_BITS` wide (`run_loop`)."""
     streams = streams_for(count)
     part = b.sdiv(b.sub(hi, lo), I64(streams))
     loop = counted_loop(b, lo, b.add(lo, part), I64(1),
                         lambda b, j: visit(b, [j] + [b.add(j, b.mul(part, I64(i))) for i in range(1, streams)]),
                         "run")
     if count >= RUN_LOOP_MIN:
-        loop.set_metadata("llvm.loop", _loop_metadata(b.module, *RUN_LOOP))
+        loop.set_metadata("llvm.loop", run_loop(b.module, bits))
     counted_loop(b, b.add(lo, b.mul(part, I64(streams))), hi, I64(1), lambda b, j: visit(b, [j]), "rest")
 
 
@@ -1187,7 +1205,7 @@ def float_extremum(b, which, dtype, lo, hi, value, count):
     for slot in slots:
         b.store(ir.Constant(t, float("-inf") if which == "maxnum" else float("inf")), slot)
     b.store(ir.Constant(ir.IntType(1), 0), nan)
-    streamed_run(b, lo, hi, count, visit)
+    streamed_run(b, lo, hi, count, visit, dtype.itemsize * 8)
     total = b.load(slots[0])
     for slot in slots[1:]:
         total = fold(total, b.load(slot))
