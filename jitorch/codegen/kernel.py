@@ -226,7 +226,9 @@ def _loop_metadata(module, *entries):
         if value:
             args.append(ir.IntType(1)(value[0]) if isinstance(value[0], bool) else ir.IntType(32)(value[0]))
         return module.add_metadata(args)
-    node = module.add_metadata([])
+    # A node of its own: llvmlite's ``add_metadata([])`` gives one node per module, whose operands each call
+    # then overwrote, so every loop of a kernel took the last call's entries.
+    node = ir.values.MDValue(module, [], name=str(len(module.metadata)))
     node.operands = (node, *(entry(*e) for e in entries))  # (a loop's ID names itself first)
     return node
 
@@ -977,13 +979,16 @@ def build_reduction(group, name, target=None, aliases=None, layouts=None):
         extremum = EXTREMA.get(a.lowering) if run and a.compute in EXTREMUM_DTYPES and not half else None
         return run, extremum
 
+    # (the buffers the kernel reads: beyond the caches, its runs take narrower vectors)
+    streaming = sum(prod(v.type.shape) * v.type.dtype.itemsize for v in bld.roots) > STREAMING_BYTES
+
     def reduce_run(b, a, kidx, lo, hi, count, extremum, known=None):
         """Reduction ``a`` (in its compute dtype) of the run's elements [lo, hi) (``count`` of them, or at most
         so many) at kept index ``kidx``: one accumulator per stream, combined at the end; ``known`` as
         `reduce_item`'s."""
         value = lambda b, j: element(b, a, kidx, j, known)  # noqa: E731
         if extremum is not None:
-            return float_extremum(b, extremum, a.compute, lo, hi, value, count)
+            return float_extremum(b, extremum, a.compute, lo, hi, value, count, streaming)
         streams = streams_for(count)
         with b.goto_entry_block():
             slots = [b.alloca(llvm_type(a.dtype)) for _ in range(streams)]
@@ -994,7 +999,7 @@ def build_reduction(group, name, target=None, aliases=None, layouts=None):
             for slot, j in zip(slots, js):
                 e.store(a.lowering.combine(e, e.load(slot, a.dtype),
                                            a.lowering.enter(e, value(b, j), a.compute, a.dtype)), slot)
-        streamed_run(b, lo, hi, count, visit, a.dtype.itemsize * 8)
+        streamed_run(b, lo, hi, count, visit, a.dtype.itemsize * 8 if streaming else None)
         total = e.load(slots[0], a.dtype)
         for slot in slots[1:]:
             total = a.lowering.combine(e, total, e.load(slot, a.dtype))
@@ -1130,14 +1135,19 @@ STREAMS = 4
 # LLVM's to unroll (rows of 4 to 7 ran 1.15-1.7 times slower kept as loops).
 RUN_LOOP = (("llvm.loop.unroll.disable",), ("llvm.loop.interleave.count", 4))
 RUN_LOOP_MIN = 9
-# The widest vectors a run's loop takes. On an AVX-512 host LLVM chose 512-bit ones, which stream from memory
-# slower than 256-bit ones on an AMD EPYC (znver4): a 16M float32 sum's kernel alone took 2.20 ms in zmm, 2.01
-# in ymm, torch's sum 2.11 (the same loop written in C: 2.21 and 2.06 ms). Compiled calls, zmm -> ymm (torch):
-# the sum 2.59 -> 2.32 ms (2.25), row sums of 4096x4096 2.66 -> 2.28 (2.36) and 16384x1024 2.63 -> 2.27
-# (2.28), row maxima 2.34 -> 2.31 (2.31) and 2.49 -> 2.40 (2.41); one thread, thread CPU, medians of 21
-# interleaved, load 20. In ymm, 1, 2 or 8 streams and 2 or 8 vectors a turn changed nothing measurable.
-# Narrower targets keep LLVM's choice (x86-64-v2: 128 bits).
+# The widest vectors a run's loop takes where its kernel reads more than `STREAMING_BYTES` (from memory, not
+# from the caches). On an AVX-512 host LLVM chose 512-bit ones, which stream from memory slower than 256-bit ones
+# on an AMD EPYC (znver4, 32 MB L3): a 16M float32 sum's kernel alone took 2.20 ms in zmm, 2.01 in ymm, torch's
+# sum 2.11 (the same loop written in C: 2.21 and 2.06 ms). Compiled calls, zmm -> ymm (torch): the sum 2.59 ->
+# 2.32 ms (2.25), row sums of 4096x4096 2.66 -> 2.28 (2.36) and 16384x1024 2.63 -> 2.27 (2.28), row maxima
+# 2.34 -> 2.31 (2.31) and 2.49 -> 2.40 (2.41); one thread, thread CPU, medians of 21 interleaved, load 20. In
+# ymm, 1, 2 or 8 streams and 2 or 8 vectors a turn changed nothing measurable. From the caches zmm was the
+# faster: sums of 2M elements (8 MB) 0.109 against 0.113 ms, 1024x4096 0.297 against 0.321, a 2048x1024 row
+# max 0.113 against 0.136 (medians of 80, load 15). Narrower targets keep LLVM's choice (x86-64-v2: 128
+# bits), as do Intel's AVX-512 server cores, for which LLVM prefers 256-bit vectors already
+# (`target.CpuTarget.module_text`).
 RUN_VECTOR_BITS = 256
+STREAMING_BYTES = 32 << 20
 
 
 def streams_for(count):
@@ -1145,22 +1155,23 @@ def streams_for(count):
     return STREAMS if count >= STREAMED_MIN else 1
 
 
-def run_loop(module, bits):
-    """The ``llvm.loop`` metadata of a long run's loop (`RUN_LOOP`) whose accumulators are ``bits``-bit
-    elements: vectors of at most `RUN_VECTOR_BITS` where the selected machine's are wider."""
-    widest = vector_bits(selected())
+def run_loop(module, bits=None):
+    """The ``llvm.loop`` metadata of a long run's loop (`RUN_LOOP`); with ``bits`` (its accumulators' bits, in
+    a kernel that streams from memory: see `RUN_VECTOR_BITS`), vectors of at most `RUN_VECTOR_BITS` where the
+    selected machine's are wider."""
+    widest = vector_bits(selected()) if bits is not None else None
     width = (("llvm.loop.vectorize.width", RUN_VECTOR_BITS // bits),) \
         if widest is not None and widest > RUN_VECTOR_BITS >= bits else ()
     return _loop_metadata(module, *RUN_LOOP, *width)
 
 
-def streamed_run(b, lo, hi, count, visit, bits):
+def streamed_run(b, lo, hi, count, visit, bits=None):
     """Visit every index of [lo, hi) (``count`` indices, or at most so many) once: ``visit(b, js)`` with one
     index per stream, the i-th stream walking the i-th of `streams_for` ``count`` equal contiguous parts, then
     each index left over alone (``js`` of one). Each stream folds into an accumulator of its own: along a long
     run a core keeps more loads in flight along several streams than along one (a 16M sum's parts ran 3-7%
     faster in four; short runs are one stream: see `STREAMED_MIN`); the loop is vectorised with four vectors
-    of accumulators per stream, of ``bits``-bit elements, at most `RUN_VECTOR_BITS` wide (`run_loop`)."""
+    of accumulators per stream (`run_loop`: with ``bits``, of at most `RUN_VECTOR_BITS`)."""
     streams = streams_for(count)
     part = b.sdiv(b.sub(hi, lo), I64(streams))
     loop = counted_loop(b, lo, b.add(lo, part), I64(1),
@@ -1168,7 +1179,10 @@ def streamed_run(b, lo, hi, count, visit, bits):
                         "run")
     if count >= RUN_LOOP_MIN:
         loop.set_metadata("llvm.loop", run_loop(b.module, bits))
-    counted_loop(b, b.add(lo, b.mul(part, I64(streams))), hi, I64(1), lambda b, j: visit(b, [j]), "rest")
+    rest = counted_loop(b, b.add(lo, b.mul(part, I64(streams))), hi, I64(1), lambda b, j: visit(b, [j]), "rest")
+    if streams > 1:  # (fewer than `STREAMS` indices: LLVM vectorised it in vectors that never ran)
+        rest.set_metadata("llvm.loop", _loop_metadata(b.module, ("llvm.loop.unroll.disable",),
+                                                      ("llvm.loop.vectorize.width", 1)))
 
 
 # Float max and min on the CPU: "maxnum" and "minnum" by reduction, in the dtypes they vectorise in.
@@ -1176,7 +1190,7 @@ EXTREMA = {lowering.AMAX: "maxnum", lowering.AMIN: "minnum"}
 EXTREMUM_DTYPES = (_dt.float32, _dt.float64)
 
 
-def float_extremum(b, which, dtype, lo, hi, value, count):
+def float_extremum(b, which, dtype, lo, hi, value, count, streaming=False):
     """The max (``which`` "maxnum") or min ("minnum") of ``value(b, j)`` (a float Scalar of ``dtype``) over
     j in [lo, hi) (``count`` of them, or at most so many), NaN if any of them is NaN, as torch's max is. The
     range is read in one stream or an even number of them (`streamed_run`), each folded into its own
@@ -1184,7 +1198,8 @@ def float_extremum(b, which, dtype, lo, hi, value, count):
     one stream, which pairs each with itself) tells whether either holds a NaN. So the loop vectorises (the
     vector max is one instruction); a NaN makes the no-NaN max poison, which only the final select, taking NaN
     instead, ever reads. A tie between -0.0 and 0.0 gives either, as torch's vectorised max does. The empty
-    range gives the identity (-inf for max, inf for min)."""
+    range gives the identity (-inf for max, inf for min). ``streaming``: the kernel reads more than the caches
+    hold (`RUN_VECTOR_BITS`)."""
     t = llvm_type(dtype)
     streams = streams_for(count)
     fn = b.module.declare_intrinsic(f"llvm.{which}", [t], ir.FunctionType(t, [t, t]))
@@ -1205,7 +1220,7 @@ def float_extremum(b, which, dtype, lo, hi, value, count):
     for slot in slots:
         b.store(ir.Constant(t, float("-inf") if which == "maxnum" else float("inf")), slot)
     b.store(ir.Constant(ir.IntType(1), 0), nan)
-    streamed_run(b, lo, hi, count, visit, dtype.itemsize * 8)
+    streamed_run(b, lo, hi, count, visit, dtype.itemsize * 8 if streaming else None)
     total = b.load(slots[0])
     for slot in slots[1:]:
         total = fold(total, b.load(slot))

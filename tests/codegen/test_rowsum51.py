@@ -1,54 +1,80 @@
-"""Long runs of reduced elements (`kernel.streamed_run`: full sums, wide row sums and maxima) in vectors of at
-most `kernel.RUN_VECTOR_BITS` (session 51).
+"""Long runs of reduced elements (`kernel.streamed_run`: full sums, wide row sums and maxima) in kernels that read
+more than the caches hold, in vectors of at most 256 bits (`kernel.RUN_VECTOR_BITS`; session 51).
 
 On this AMD EPYC (znver4) LLVM vectorised the runs' loops in 512-bit vectors, which streamed from memory
-5-13% slower than 256-bit ones (a 16M float32 sum 1.09-1.15x torch's time at one thread, 1.01 after). The
-kernels are checked for their vector width, and their values against torch's and eager jitorch's, with the
-same bits at one and two threads.
+5-13% slower than 256-bit ones (a 16M float32 sum 1.09-1.15x torch's time at one thread, 1.01 after), while
+from the caches they were the faster. The kernels are checked for their vector width on either side of
+`kernel.STREAMING_BYTES`, and the narrower loops' values against torch's and eager jitorch's, with the same
+bits at one and two threads.
 """
 
+import collections
 import re
 
 import numpy as np
 import pytest
 import torch
+from llvmlite import ir
 
 import jitorch as jt
+from jitorch.codegen import kernel as kernel_module
 from jitorch.codegen.machine import selected
 from jitorch.codegen.target import vector_bits
-
 from tests.codegen.test_reduce50 import vector_bodies
 
-WIDTHS = {"float": 32, "double": 64}
-CASES = {"full sum": ((1 << 19) + 5,), "row sum": (6, 4099), "row max": (6, 4099)}
+BITS = {"float": 32, "double": 64}
 FNS = {"full sum": lambda t: t.sum(), "row sum": lambda t: t.sum(1), "row max": lambda t: t.amax(1)}
-
-
 # (the width measured best on the AMD EPYC: a test of the kernels, not of the constant that asks for it)
-RUN_BITS = 256
+STREAMING_VECTOR_BITS = 256
+COLS = 4099
 
 
-@pytest.mark.parametrize("dtype, name", [(jt.float32, "float"), (jt.float64, "double")], ids=str)
-@pytest.mark.parametrize("case", list(CASES))
-def test_long_runs_are_read_in_vectors_of_at_most_256_bits_not_the_512_of_avx512(case, dtype, name):
-    """Regression (session 51): a 16M float32 sum's and a 4096x4096 row sum's loops took 512-bit vectors on an
-    AVX-512 host, 1.09-1.15x torch's time at one thread (256-bit ones: 1.01). Each vectorised loop of the run
-    now loads vectors of 256 bits (or of the machine's narrower registers, as LLVM chooses them)."""
-    x = jt.randn(*CASES[case], dtype=dtype)
+def shape(case, itemsize, nbytes):
+    """A shape of ``case`` (a key of `FNS`) over at least ``nbytes`` of ``itemsize``-byte elements."""
+    n = -(-nbytes // itemsize)
+    return (n + 5,) if case == "full sum" else (-(-n // COLS), COLS)
+
+
+def loaded_lanes(case, dtype, name, nbytes):
+    """The lanes of each vector load in the vectorised loops of ``case``'s kernel over ``nbytes`` or more."""
+    x = jt.zeros(*shape(case, dtype.itemsize, nbytes), dtype=dtype)
     (k,) = jt.compile(FNS[case]).lower(x).kernels
     lanes = [int(n) for blk in vector_bodies(k.llvm_ir) for n in re.findall(rf"load <(\d+) x {name}>", blk)]
     assert lanes, k.llvm_ir
-    assert max(lanes) * WIDTHS[name] <= min(vector_bits(selected()), RUN_BITS), lanes
-    if vector_bits(selected()) > RUN_BITS:
-        assert set(lanes) == {RUN_BITS // WIDTHS[name]}, lanes
+    return lanes
+
+
+@pytest.mark.parametrize("dtype, name", [(jt.float32, "float"), (jt.float64, "double")], ids=str)
+@pytest.mark.parametrize("case", list(FNS))
+def test_runs_of_a_kernel_reading_more_than_the_caches_take_256_bit_vectors_not_the_512_of_avx512(case, dtype, name):
+    """Regression (session 51): a 16M float32 sum's and a 4096x4096 row sum's loops took 512-bit vectors on an
+    AVX-512 host, 1.09-1.15x torch's time at one thread (256-bit ones: 1.01). Now each vectorised loop of the
+    run loads vectors of 256 bits (or of the machine's narrower registers, as LLVM chooses them)."""
+    lanes = loaded_lanes(case, dtype, name, kernel_module.STREAMING_BYTES + 1)
+    assert max(lanes) * BITS[name] <= min(vector_bits(selected()), STREAMING_VECTOR_BITS), lanes
+    if vector_bits(selected()) > STREAMING_VECTOR_BITS:
+        assert set(lanes) == {STREAMING_VECTOR_BITS // BITS[name]}, lanes
+
+
+@pytest.mark.parametrize("case", list(FNS))
+def test_runs_of_a_kernel_reading_from_the_caches_keep_llvms_width(case):
+    """From the caches 512-bit vectors were the faster (a 2048x1024 row max 0.113 against 0.136 ms): a kernel
+    reading less than `kernel.STREAMING_BYTES` asks for no width, and on an AVX-512 host takes 16 floats."""
+    lanes = loaded_lanes(case, jt.float32, "float", 1 << 20)
+    if vector_bits(selected()) == 512:
+        assert set(lanes) == {16}, lanes
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=str)
-@pytest.mark.parametrize("case", list(CASES))
-def test_long_runs_match_torch_and_eager_with_the_same_bits_at_one_and_two_threads(case, dtype):
+@pytest.mark.parametrize("case", list(FNS))
+def test_streaming_runs_match_torch_and_eager_with_the_same_bits_at_one_and_two_threads(case, dtype, monkeypatch):
     """The narrower vectors change which lanes add which elements: the results stay within float rounding of
-    torch's and eager jitorch's (a max exactly, NaN included), bit for bit the same at one and two threads."""
-    values = np.random.default_rng(51).standard_normal(CASES[case]).astype(dtype)
+    torch's and eager jitorch's (a max exactly, NaN included), bit for bit the same at one and two threads.
+    (Small inputs, taken for a kernel's that streams: `kernel.STREAMING_BYTES` 0, in a kernel cache of its own.)"""
+    monkeypatch.setattr(kernel_module, "STREAMING_BYTES", 0)
+    monkeypatch.setattr(kernel_module, "_built", collections.OrderedDict())
+    values = np.random.default_rng(51).standard_normal(shape(case, 4, 1 << 21)[:1] if case == "full sum"
+                                                         else (6, COLS)).astype(dtype)
     if case == "row max":
         values[2, 4000] = np.nan
         values[4, 17] = np.inf
@@ -62,6 +88,11 @@ def test_long_runs_match_torch_and_eager_with_the_same_bits_at_one_and_two_threa
     finally:
         jt.set_num_threads(before)
     assert results[0].tobytes() == results[1].tobytes()
+    if vector_bits(selected()) == 512:
+        name = "float" if dtype == np.float32 else "double"
+        (k,) = jt.compile(fn).lower(x).kernels
+        lanes = {int(n) for blk in vector_bodies(k.llvm_ir) for n in re.findall(rf"load <(\d+) x {name}>", blk)}
+        assert lanes == {STREAMING_VECTOR_BITS // BITS[name]}, lanes
     want, eager = fn(torch.from_numpy(values)).numpy(), fn(x).numpy()
     if case == "row max":
         np.testing.assert_array_equal(results[0], want)
@@ -70,3 +101,24 @@ def test_long_runs_match_torch_and_eager_with_the_same_bits_at_one_and_two_threa
         tol = 1e-5 if dtype == np.float32 else 1e-12
         np.testing.assert_allclose(results[0], want, rtol=tol, atol=tol * 100)
         np.testing.assert_allclose(results[0], eager, rtol=tol, atol=tol * 100)
+
+
+def test_two_loops_metadata_in_one_module_keep_their_own_entries():
+    """Regression (session 51): `kernel._loop_metadata` built each loop's node from llvmlite's
+    ``add_metadata([])``, one node per module, and overwrote its operands, so every loop of a kernel took the
+    last call's entries: the staged transposing copy's loop across the written dim lost its
+    ``llvm.loop.vectorize.width`` 1 (`kernel.staged_tiles`), and a long run's loop would have lost its width
+    to the three leftover indices' loop after it."""
+    module = ir.Module()
+    kept = kernel_module._loop_metadata(module, ("llvm.loop.unroll.disable",), ("llvm.loop.vectorize.width", 1))
+    along = kernel_module._loop_metadata(module, ("llvm.loop.unroll.disable",))
+    assert kept is not along and kept.operands[0] is kept and along.operands[0] is along
+    assert len(kept.operands) == 3 and len(along.operands) == 2
+    src = jt.randn(16, 24, 24, 64)
+    (k,) = jt.compile(lambda t: t.permute(3, 0, 1, 2).contiguous()).lower(src).kernels
+    text = k._kernel.source.llvm_ir
+    nodes = dict(re.findall(r"^!(\d+) = (.*)$", text, re.M))
+    width_one = {n for n, body in nodes.items() if '"llvm.loop.vectorize.width", i32 1' in body}
+    loops = {n for n in re.findall(r"!llvm\.loop !(\d+)", text)}
+    assert len(loops) == 2, nodes
+    assert sum(1 for n in loops if width_one & set(re.findall(r"!(\d+)", nodes[n]))) == 1, nodes
