@@ -979,7 +979,7 @@ def build_reduction(group, name, target=None, aliases=None, layouts=None):
         extremum = EXTREMA.get(a.lowering) if run and a.compute in EXTREMUM_DTYPES and not half else None
         return run, extremum
 
-    # (the buffers the kernel reads: beyond the caches, its runs take narrower vectors)
+    # (the buffers the kernel reads: beyond the caches, its float accumulators' runs take narrower vectors)
     streaming = sum(prod(v.type.shape) * v.type.dtype.itemsize for v in bld.roots) > STREAMING_BYTES
 
     def reduce_run(b, a, kidx, lo, hi, count, extremum, known=None):
@@ -987,8 +987,9 @@ def build_reduction(group, name, target=None, aliases=None, layouts=None):
         so many) at kept index ``kidx``: one accumulator per stream, combined at the end; ``known`` as
         `reduce_item`'s."""
         value = lambda b, j: element(b, a, kidx, j, known)  # noqa: E731
+        floating = a.dtype.is_floating_point
         if extremum is not None:
-            return float_extremum(b, extremum, a.compute, lo, hi, value, count, streaming)
+            return float_extremum(b, extremum, a.compute, lo, hi, value, count)
         streams = streams_for(count)
         with b.goto_entry_block():
             slots = [b.alloca(llvm_type(a.dtype)) for _ in range(streams)]
@@ -999,7 +1000,7 @@ def build_reduction(group, name, target=None, aliases=None, layouts=None):
             for slot, j in zip(slots, js):
                 e.store(a.lowering.combine(e, e.load(slot, a.dtype),
                                            a.lowering.enter(e, value(b, j), a.compute, a.dtype)), slot)
-        streamed_run(b, lo, hi, count, visit, a.dtype.itemsize * 8 if streaming else None)
+        streamed_run(b, lo, hi, count, visit, a.dtype.itemsize * 8 if streaming and floating else None)
         total = e.load(slots[0], a.dtype)
         for slot in slots[1:]:
             total = a.lowering.combine(e, total, e.load(slot, a.dtype))
@@ -1135,17 +1136,18 @@ STREAMS = 4
 # LLVM's to unroll (rows of 4 to 7 ran 1.15-1.7 times slower kept as loops).
 RUN_LOOP = (("llvm.loop.unroll.disable",), ("llvm.loop.interleave.count", 4))
 RUN_LOOP_MIN = 9
-# The widest vectors a run's loop takes where its kernel reads more than `STREAMING_BYTES` (from memory, not
-# from the caches). On an AVX-512 host LLVM chose 512-bit ones, which stream from memory slower than 256-bit ones
-# on an AMD EPYC (znver4, 32 MB L3): a 16M float32 sum's kernel alone took 2.20 ms in zmm, 2.01 in ymm, torch's
-# sum 2.11 (the same loop written in C: 2.21 and 2.06 ms). Compiled calls, zmm -> ymm (torch): the sum 2.59 ->
-# 2.32 ms (2.25), row sums of 4096x4096 2.66 -> 2.28 (2.36) and 16384x1024 2.63 -> 2.27 (2.28), row maxima
-# 2.34 -> 2.31 (2.31) and 2.49 -> 2.40 (2.41); one thread, thread CPU, medians of 21 interleaved, load 20. In
-# ymm, 1, 2 or 8 streams and 2 or 8 vectors a turn changed nothing measurable. From the caches zmm was the
-# faster: sums of 2M elements (8 MB) 0.109 against 0.113 ms, 1024x4096 0.297 against 0.321, a 2048x1024 row
-# max 0.113 against 0.136 (medians of 80, load 15). Narrower targets keep LLVM's choice (x86-64-v2: 128
-# bits), as do Intel's AVX-512 server cores, for which LLVM prefers 256-bit vectors already
-# (`target.CpuTarget.module_text`).
+# The widest vectors a run loop of float accumulators (a sum's, a mean's, a product's) takes where its kernel reads
+# more than `STREAMING_BYTES` (from memory, not from the caches). On an AVX-512 host LLVM chose 512-bit ones, which
+# stream from memory slower than 256-bit ones on an AMD EPYC (znver4, 32 MB L3): a 16M float32 sum's kernel alone took
+# 2.20 ms in zmm, 2.01 in ymm, torch's sum 2.11 (the same loop written in C: 2.21 and 2.06 ms). Compiled calls, zmm ->
+# ymm (torch): the sum 2.59 -> 2.32 ms (2.25) and 2.59 -> 2.37 (2.31), row sums of 4096x4096 2.66 -> 2.28 (2.36) and
+# 16384x1024 2.63 -> 2.27 (2.28); one thread, thread CPU, medians of 21-40 interleaved, load 11-20. In ymm, 1, 2 or 8
+# streams and 2 or 8 vectors a turn changed nothing measurable. From the caches zmm was the faster: sums of 2M
+# elements (8 MB) 0.109 against 0.113 ms, 1024x4096 row sums 0.297 against 0.321 (medians of 80, load 15). A float max
+# (`float_extremum`) keeps LLVM's width: from memory zmm and ymm were even (4096x4096 2.41 and 2.47 ms, 16384x1024
+# 2.42 and 2.42; torch 2.43, 2.41), from the caches zmm was the faster (2048x1024: 0.113 against 0.136 ms). Narrower
+# targets keep LLVM's choice (x86-64-v2: 128 bits), as do Intel's AVX-512 server cores, for which LLVM prefers 256-bit
+# vectors already (`target.CpuTarget.module_text`).
 RUN_VECTOR_BITS = 256
 STREAMING_BYTES = 32 << 20
 
@@ -1190,7 +1192,7 @@ EXTREMA = {lowering.AMAX: "maxnum", lowering.AMIN: "minnum"}
 EXTREMUM_DTYPES = (_dt.float32, _dt.float64)
 
 
-def float_extremum(b, which, dtype, lo, hi, value, count, streaming=False):
+def float_extremum(b, which, dtype, lo, hi, value, count):
     """The max (``which`` "maxnum") or min ("minnum") of ``value(b, j)`` (a float Scalar of ``dtype``) over
     j in [lo, hi) (``count`` of them, or at most so many), NaN if any of them is NaN, as torch's max is. The
     range is read in one stream or an even number of them (`streamed_run`), each folded into its own
@@ -1198,8 +1200,8 @@ def float_extremum(b, which, dtype, lo, hi, value, count, streaming=False):
     one stream, which pairs each with itself) tells whether either holds a NaN. So the loop vectorises (the
     vector max is one instruction); a NaN makes the no-NaN max poison, which only the final select, taking NaN
     instead, ever reads. A tie between -0.0 and 0.0 gives either, as torch's vectorised max does. The empty
-    range gives the identity (-inf for max, inf for min). ``streaming``: the kernel reads more than the caches
-    hold (`RUN_VECTOR_BITS`)."""
+    range gives the identity (-inf for max, inf for min). Its loop keeps LLVM's vector width (see
+    `RUN_VECTOR_BITS`)."""
     t = llvm_type(dtype)
     streams = streams_for(count)
     fn = b.module.declare_intrinsic(f"llvm.{which}", [t], ir.FunctionType(t, [t, t]))
@@ -1220,7 +1222,7 @@ def float_extremum(b, which, dtype, lo, hi, value, count, streaming=False):
     for slot in slots:
         b.store(ir.Constant(t, float("-inf") if which == "maxnum" else float("inf")), slot)
     b.store(ir.Constant(ir.IntType(1), 0), nan)
-    streamed_run(b, lo, hi, count, visit, dtype.itemsize * 8 if streaming else None)
+    streamed_run(b, lo, hi, count, visit)
     total = b.load(slots[0])
     for slot in slots[1:]:
         total = fold(total, b.load(slot))
