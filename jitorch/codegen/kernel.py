@@ -1150,6 +1150,10 @@ RUN_LOOP_MIN = 9
 # vectors already (`target.CpuTarget.module_text`).
 RUN_VECTOR_BITS = 256
 STREAMING_BYTES = 32 << 20
+# Shorter runs keep LLVM's width: 16 float32 elements a row, under one turn of four 256-bit vectors, were added
+# one by one (a 1048576x16 row sum 2.74 -> 5.53 ms; torch 4.95); rows of 32 and 64 were even or faster in ymm
+# (2.30 -> 2.26 and 2.38 -> 2.32 ms).
+RUN_NARROW_TURNS = 2
 
 
 def streams_for(count):
@@ -1157,13 +1161,15 @@ def streams_for(count):
     return STREAMS if count >= STREAMED_MIN else 1
 
 
-def run_loop(module, bits=None):
-    """The ``llvm.loop`` metadata of a long run's loop (`RUN_LOOP`); with ``bits`` (its accumulators' bits, in
-    a kernel that streams from memory: see `RUN_VECTOR_BITS`), vectors of at most `RUN_VECTOR_BITS` where the
-    selected machine's are wider."""
+def run_loop(module, count, bits=None):
+    """The ``llvm.loop`` metadata of the loop of a run of ``count`` elements (`RUN_LOOP`); with ``bits`` (its
+    accumulators' bits, in a kernel that streams from memory: see `RUN_VECTOR_BITS`), vectors of at most
+    `RUN_VECTOR_BITS` where the selected machine's are wider and the run fills at least `RUN_NARROW_TURNS`
+    turns of them."""
     widest = vector_bits(selected()) if bits is not None else None
-    width = (("llvm.loop.vectorize.width", RUN_VECTOR_BITS // bits),) \
-        if widest is not None and widest > RUN_VECTOR_BITS >= bits else ()
+    lanes = RUN_VECTOR_BITS // bits if widest is not None and widest > RUN_VECTOR_BITS >= bits else None
+    turn = dict(e for e in RUN_LOOP if len(e) == 2)["llvm.loop.interleave.count"] * (lanes or 0)
+    width = (("llvm.loop.vectorize.width", lanes),) if lanes and count >= RUN_NARROW_TURNS * turn else ()
     return _loop_metadata(module, *RUN_LOOP, *width)
 
 
@@ -1180,7 +1186,7 @@ def streamed_run(b, lo, hi, count, visit, bits=None):
                         lambda b, j: visit(b, [j] + [b.add(j, b.mul(part, I64(i))) for i in range(1, streams)]),
                         "run")
     if count >= RUN_LOOP_MIN:
-        loop.set_metadata("llvm.loop", run_loop(b.module, bits))
+        loop.set_metadata("llvm.loop", run_loop(b.module, count, bits))
     rest = counted_loop(b, b.add(lo, b.mul(part, I64(streams))), hi, I64(1), lambda b, j: visit(b, [j]), "rest")
     if streams > 1:  # (fewer than `STREAMS` indices: LLVM vectorised it in vectors that never ran)
         rest.set_metadata("llvm.loop", _loop_metadata(b.module, ("llvm.loop.unroll.disable",),
