@@ -1134,7 +1134,8 @@ STREAMS = 4
 # or max (torch 2.6-17), 2.3-5.3 along the rows; and a row of 1024 was unrolled into 64 vectors that spilled
 # registers (a 16384x1024 row max 2.5 -> 1.9 ms; torch 2.0). One thread, thread CPU time. Runs of up to 8 are
 # LLVM's to unroll (rows of 4 to 7 ran 1.15-1.7 times slower kept as loops).
-RUN_LOOP = (("llvm.loop.unroll.disable",), ("llvm.loop.interleave.count", 4))
+RUN_INTERLEAVE = 4
+RUN_LOOP = (("llvm.loop.unroll.disable",), ("llvm.loop.interleave.count", RUN_INTERLEAVE))
 RUN_LOOP_MIN = 9
 # The widest vectors a run loop of float accumulators (a sum's, a mean's, a product's) takes where its kernel reads
 # more than `STREAMING_BYTES` (from memory, not from the caches). On an AVX-512 host LLVM chose 512-bit ones, which
@@ -1150,9 +1151,9 @@ RUN_LOOP_MIN = 9
 # vectors already (`target.CpuTarget.module_text`).
 RUN_VECTOR_BITS = 256
 STREAMING_BYTES = 32 << 20
-# Shorter runs keep LLVM's width: 16 float32 elements a row, under one turn of four 256-bit vectors, were added
-# one by one (a 1048576x16 row sum 2.74 -> 5.53 ms; torch 4.95); rows of 32 and 64 were even or faster in ymm
-# (2.30 -> 2.26 and 2.38 -> 2.32 ms).
+# Runs of fewer than `RUN_NARROW_TURNS` turns of `RUN_INTERLEAVE` such vectors keep LLVM's width: rows of 16
+# float32, under one turn, were added one by one (a 1048576x16 row sum 2.74 -> 5.53 ms; torch 4.95); rows of 32
+# (one turn) were even in ymm (2.30 / 2.26 ms), rows of 64 (two) faster (2.38 -> 2.32).
 RUN_NARROW_TURNS = 2
 
 
@@ -1168,8 +1169,8 @@ def run_loop(module, count, bits=None):
     turns of them."""
     widest = vector_bits(selected()) if bits is not None else None
     lanes = RUN_VECTOR_BITS // bits if widest is not None and widest > RUN_VECTOR_BITS >= bits else None
-    turn = dict(e for e in RUN_LOOP if len(e) == 2)["llvm.loop.interleave.count"] * (lanes or 0)
-    width = (("llvm.loop.vectorize.width", lanes),) if lanes and count >= RUN_NARROW_TURNS * turn else ()
+    width = (("llvm.loop.vectorize.width", lanes),) \
+        if lanes and count >= RUN_NARROW_TURNS * RUN_INTERLEAVE * lanes else ()
     return _loop_metadata(module, *RUN_LOOP, *width)
 
 
