@@ -59,7 +59,8 @@ from .errors import CompileError
 from .emitter import I64, Emitter, Scalar, llvm_type
 from .lanes import lanes, ordered_sum, plain_loop
 from .loops import counted_loop
-from .target import CPU
+from .target import CPU, vector_bits
+from .machine import selected
 from ..runtime.forks import module_lock
 
 
@@ -225,7 +226,9 @@ def _loop_metadata(module, *entries):
         if value:
             args.append(ir.IntType(1)(value[0]) if isinstance(value[0], bool) else ir.IntType(32)(value[0]))
         return module.add_metadata(args)
-    node = module.add_metadata([])
+    # A node of its own: llvmlite's ``add_metadata([])`` gives one node per module, whose operands each call
+    # then overwrote, so every loop of a kernel took the last call's entries.
+    node = ir.values.MDValue(module, [], name=str(len(module.metadata)))
     node.operands = (node, *(entry(*e) for e in entries))  # (a loop's ID names itself first)
     return node
 
@@ -976,11 +979,15 @@ def build_reduction(group, name, target=None, aliases=None, layouts=None):
         extremum = EXTREMA.get(a.lowering) if run and a.compute in EXTREMUM_DTYPES and not half else None
         return run, extremum
 
+    # (the buffers the kernel reads: beyond the caches, its float accumulators' runs take narrower vectors)
+    streaming = sum(prod(v.type.shape) * v.type.dtype.itemsize for v in bld.roots) > STREAMING_BYTES
+
     def reduce_run(b, a, kidx, lo, hi, count, extremum, known=None):
         """Reduction ``a`` (in its compute dtype) of the run's elements [lo, hi) (``count`` of them, or at most
         so many) at kept index ``kidx``: one accumulator per stream, combined at the end; ``known`` as
         `reduce_item`'s."""
         value = lambda b, j: element(b, a, kidx, j, known)  # noqa: E731
+        floating = a.dtype.is_floating_point
         if extremum is not None:
             return float_extremum(b, extremum, a.compute, lo, hi, value, count)
         streams = streams_for(count)
@@ -993,7 +1000,7 @@ def build_reduction(group, name, target=None, aliases=None, layouts=None):
             for slot, j in zip(slots, js):
                 e.store(a.lowering.combine(e, e.load(slot, a.dtype),
                                            a.lowering.enter(e, value(b, j), a.compute, a.dtype)), slot)
-        streamed_run(b, lo, hi, count, visit)
+        streamed_run(b, lo, hi, count, visit, a.dtype.itemsize * 8 if streaming and floating else None)
         total = e.load(slots[0], a.dtype)
         for slot in slots[1:]:
             total = a.lowering.combine(e, total, e.load(slot, a.dtype))
@@ -1127,8 +1134,27 @@ STREAMS = 4
 # or max (torch 2.6-17), 2.3-5.3 along the rows; and a row of 1024 was unrolled into 64 vectors that spilled
 # registers (a 16384x1024 row max 2.5 -> 1.9 ms; torch 2.0). One thread, thread CPU time. Runs of up to 8 are
 # LLVM's to unroll (rows of 4 to 7 ran 1.15-1.7 times slower kept as loops).
-RUN_LOOP = (("llvm.loop.unroll.disable",), ("llvm.loop.interleave.count", 4))
+RUN_INTERLEAVE = 4
+RUN_LOOP = (("llvm.loop.unroll.disable",), ("llvm.loop.interleave.count", RUN_INTERLEAVE))
 RUN_LOOP_MIN = 9
+# The widest vectors a run loop of float accumulators (a sum's, a mean's, a product's) takes where its kernel reads
+# more than `STREAMING_BYTES` (from memory, not from the caches). On an AVX-512 host LLVM chose 512-bit ones, which
+# stream from memory slower than 256-bit ones on an AMD EPYC (znver4, 32 MB L3): a 16M float32 sum's kernel alone took
+# 2.20 ms in zmm, 2.01 in ymm, torch's sum 2.11 (the same loop written in C: 2.21 and 2.06 ms). Compiled calls, zmm ->
+# ymm (torch): the sum 2.59 -> 2.32 ms (2.25) and 2.59 -> 2.37 (2.31), row sums of 4096x4096 2.66 -> 2.28 (2.36) and
+# 16384x1024 2.63 -> 2.27 (2.28); one thread, thread CPU, medians of 21-40 interleaved, load 11-20. In ymm, 1, 2 or 8
+# streams and 2 or 8 vectors a turn changed nothing measurable. From the caches zmm was the faster: sums of 2M
+# elements (8 MB) 0.109 against 0.113 ms, 1024x4096 row sums 0.297 against 0.321 (medians of 80, load 15). A float max
+# (`float_extremum`) keeps LLVM's width: from memory zmm and ymm were even (4096x4096 2.41 and 2.47 ms, 16384x1024
+# 2.42 and 2.42; torch 2.43, 2.41), from the caches zmm was the faster (2048x1024: 0.113 against 0.136 ms). Narrower
+# targets keep LLVM's choice (x86-64-v2: 128 bits), as do Intel's AVX-512 server cores, for which LLVM prefers 256-bit
+# vectors already (`target.CpuTarget.module_text`).
+RUN_VECTOR_BITS = 256
+STREAMING_BYTES = 32 << 20
+# Runs of fewer than `RUN_NARROW_TURNS` turns of `RUN_INTERLEAVE` such vectors keep LLVM's width: rows of 16
+# float32, under one turn, were added one by one (a 1048576x16 row sum 2.74 -> 5.53 ms; torch 4.95); rows of 32
+# (one turn) were even in ymm (2.30 / 2.26 ms), rows of 64 (two) faster (2.38 -> 2.32).
+RUN_NARROW_TURNS = 2
 
 
 def streams_for(count):
@@ -1136,21 +1162,36 @@ def streams_for(count):
     return STREAMS if count >= STREAMED_MIN else 1
 
 
-def streamed_run(b, lo, hi, count, visit):
+def run_loop(module, count, bits=None):
+    """The ``llvm.loop`` metadata of the loop of a run of ``count`` elements (`RUN_LOOP`); with ``bits`` (its
+    accumulators' bits, in a kernel that streams from memory: see `RUN_VECTOR_BITS`), vectors of at most
+    `RUN_VECTOR_BITS` where the selected machine's are wider and the run fills at least `RUN_NARROW_TURNS`
+    turns of them."""
+    widest = vector_bits(selected()) if bits is not None else None
+    lanes = RUN_VECTOR_BITS // bits if widest is not None and widest > RUN_VECTOR_BITS >= bits else None
+    width = (("llvm.loop.vectorize.width", lanes),) \
+        if lanes and count >= RUN_NARROW_TURNS * RUN_INTERLEAVE * lanes else ()
+    return _loop_metadata(module, *RUN_LOOP, *width)
+
+
+def streamed_run(b, lo, hi, count, visit, bits=None):
     """Visit every index of [lo, hi) (``count`` indices, or at most so many) once: ``visit(b, js)`` with one
     index per stream, the i-th stream walking the i-th of `streams_for` ``count`` equal contiguous parts, then
     each index left over alone (``js`` of one). Each stream folds into an accumulator of its own: along a long
     run a core keeps more loads in flight along several streams than along one (a 16M sum's parts ran 3-7%
     faster in four; short runs are one stream: see `STREAMED_MIN`); the loop is vectorised with four vectors
-    of accumulators per stream (`RUN_LOOP`)."""
+    of accumulators per stream (`run_loop`: with ``bits``, of at most `RUN_VECTOR_BITS`)."""
     streams = streams_for(count)
     part = b.sdiv(b.sub(hi, lo), I64(streams))
     loop = counted_loop(b, lo, b.add(lo, part), I64(1),
                         lambda b, j: visit(b, [j] + [b.add(j, b.mul(part, I64(i))) for i in range(1, streams)]),
                         "run")
     if count >= RUN_LOOP_MIN:
-        loop.set_metadata("llvm.loop", _loop_metadata(b.module, *RUN_LOOP))
-    counted_loop(b, b.add(lo, b.mul(part, I64(streams))), hi, I64(1), lambda b, j: visit(b, [j]), "rest")
+        loop.set_metadata("llvm.loop", run_loop(b.module, count, bits))
+    rest = counted_loop(b, b.add(lo, b.mul(part, I64(streams))), hi, I64(1), lambda b, j: visit(b, [j]), "rest")
+    if streams > 1:  # (fewer than `STREAMS` indices: LLVM vectorised it in vectors that never ran)
+        rest.set_metadata("llvm.loop", _loop_metadata(b.module, ("llvm.loop.unroll.disable",),
+                                                      ("llvm.loop.vectorize.width", 1)))
 
 
 # Float max and min on the CPU: "maxnum" and "minnum" by reduction, in the dtypes they vectorise in.
@@ -1166,7 +1207,8 @@ def float_extremum(b, which, dtype, lo, hi, value, count):
     one stream, which pairs each with itself) tells whether either holds a NaN. So the loop vectorises (the
     vector max is one instruction); a NaN makes the no-NaN max poison, which only the final select, taking NaN
     instead, ever reads. A tie between -0.0 and 0.0 gives either, as torch's vectorised max does. The empty
-    range gives the identity (-inf for max, inf for min)."""
+    range gives the identity (-inf for max, inf for min). Its loop keeps LLVM's vector width (see
+    `RUN_VECTOR_BITS`)."""
     t = llvm_type(dtype)
     streams = streams_for(count)
     fn = b.module.declare_intrinsic(f"llvm.{which}", [t], ir.FunctionType(t, [t, t]))
