@@ -33,3 +33,16 @@ def test_erfinv_at_the_edges_of_its_domain_and_of_the_floats_is_torchs():
         number = ~np.isnan(want)  # (NaN's sign bit is no part of the result)
         np.testing.assert_array_equal(np.signbit(got[number]), np.signbit(want[number]))
         np.testing.assert_allclose(got, want, rtol=4 * np.finfo(dtype).eps, atol=0)
+
+
+def test_roll_over_several_dims_ending_on_a_dim_of_one_element_is_contiguous_as_torchs():
+    """torch rolls one dim at a time (a cat of two narrows each); a roll along a dim of one element has an empty
+    narrow, which suggests the contiguous format, so the result is contiguous. jitorch's layout rule applied the
+    first dim's cat rule only: a channels-last (2, 4, 3, 1) rolled along (2, 3) stayed channels-last."""
+    t = torch.arange(24.0).reshape(2, 4, 3, 1).contiguous(memory_format=torch.channels_last)
+    x = jt.arange(24.0).reshape(2, 4, 3, 1).contiguous(memory_format=jt.channels_last)
+    for shifts, dims in (((2, -1), (2, 3)), ((1, 1), (3, 2)), ((3, 1), (1, 2))):
+        want = t.roll(shifts, dims)
+        for got in (x.roll(shifts, dims), jt.compile(lambda a: a.roll(shifts, dims))(x)):
+            assert got.stride() == want.stride()
+            np.testing.assert_array_equal(got.numpy(), want.numpy())
