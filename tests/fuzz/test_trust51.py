@@ -1,14 +1,16 @@
 """Session 51's adversarial cases for session 50's split full reductions (`codegen.split_combine`): values that the
 partial results and their combine must carry across the parts (a NaN or a tie in the last part, sums of -0.0,
-integer wrap-around, overflow of a narrow result), compiled at one and two threads against eager jitorch and torch.
-The targeted campaigns (reductions, convolutions reading windows in place, recurrences, dependent row reductions)
-found no wrong value; these are the cheap cases kept."""
+integer wrap-around, overflow of a narrow result), compiled at one and two threads against eager jitorch and torch;
+and the seeds of the chains of dependent reductions (`tests.fuzz.reductions`) that failed to compile."""
+
+import warnings
 
 import numpy as np
 import pytest
 import torch
 
 import jitorch as jt
+from tests.fuzz.reductions import check_chain, generate_chain
 
 N = (1 << 18) * 3 + 7  # (split in parts, the last one shorter)
 
@@ -39,3 +41,15 @@ def test_split_full_reductions_carry_extremes_across_their_parts(threads):
                 assert np.signbit(got.double().numpy()) == np.signbit(want.double().numpy()), name
     finally:
         jt.set_num_threads(before)
+
+
+@pytest.mark.parametrize("seed", [185, 188])
+def test_chain_of_reductions_over_a_dim_of_one_element_compiles_seeds(seed):
+    """`tests.fuzz.reductions` seeds 185 and 188 (three reductions deep over the (1, 33) input's dim 0, float32 and
+    float64): the compiled call raised AttributeError ``'Reduction' object has no attribute 'emit'``
+    (tests/codegen/test_trust51.py has the cause)."""
+    case = generate_chain(seed)
+    assert case.shape[case.dim] == 1
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert check_chain(case) == []
