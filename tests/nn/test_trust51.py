@@ -13,17 +13,16 @@ def _strides_that_matter(t):
     return tuple(st for n, st in zip(t.shape, t.stride()) if n > 1)
 
 
-@pytest.mark.parametrize("op", ["pixel_unshuffle", "pixel_shuffle", "channel_shuffle"])
+@pytest.mark.parametrize("op", ["pixel_unshuffle", "channel_shuffle"])
 def test_shuffle_of_one_channels_last_image_requiring_grad_stays_channels_last(op):
     """`_grad_as_kernel`'s identity was ``view_as``, which gives a dim of one element another stride: a channels-last
     batch of one image, (64, 1, 16, 4), became (4, 1, 16, 4), which suggests the contiguous format, so the shuffle's
     result under grad mode was contiguous where torch's (and jitorch's without grad) is channels-last."""
     values = np.random.default_rng(0).standard_normal((1, 4, 4, 4))
-    arg = {"pixel_unshuffle": 2, "pixel_shuffle": 2, "channel_shuffle": 2}[op]
     x = jt.tensor(values).contiguous(memory_format=jt.channels_last).requires_grad_(True)
     t = torch.tensor(values).contiguous(memory_format=torch.channels_last).requires_grad_(True)
-    got, want = getattr(jt.nn.functional, op)(x, arg), getattr(torch.nn.functional, op)(t, arg)
-    compiled = jt.compile(lambda a: getattr(jt.nn.functional, op)(a, arg))(x)
+    got, want = getattr(jt.nn.functional, op)(x, 2), getattr(torch.nn.functional, op)(t, 2)
+    compiled = jt.compile(lambda a: getattr(jt.nn.functional, op)(a, 2))(x)
     assert _strides_that_matter(got) == _strides_that_matter(want) == _strides_that_matter(compiled)
     np.testing.assert_array_equal(got.detach().numpy(), want.detach().numpy())
     weights = np.random.default_rng(1).standard_normal(tuple(want.shape))
