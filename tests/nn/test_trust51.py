@@ -1,6 +1,8 @@
 """Adversarial layouts of session 50's channels-last paths (stack, roll, flip, pads, pixel and channel shuffles,
 `nn.functional._grad_as_kernel`) against torch: results' and input gradients' strides and values."""
 
+import warnings
+
 import numpy as np
 import pytest
 import torch
@@ -30,3 +32,19 @@ def test_shuffle_of_one_channels_last_image_requiring_grad_stays_channels_last(o
     (want * torch.tensor(weights)).sum().backward()
     assert _strides_that_matter(x.grad) == _strides_that_matter(t.grad)
     np.testing.assert_array_equal(x.grad.numpy(), t.grad.numpy())
+
+
+def test_shuffle_of_a_captured_channels_last_slice_requiring_grad_stays_compiled():
+    """The identity that keeps the input's strides must be a view a graph can take of a captured slice (as_strided
+    of a storage the slice does not fill made the compiled call run eagerly, with a warning)."""
+    values = np.random.default_rng(2).standard_normal((2, 4, 6, 6))
+    base = jt.tensor(values).contiguous(memory_format=jt.channels_last).requires_grad_(True)
+    captured = base[:, :, 1:5, 1:5]
+    compiled = jt.compile(lambda y: jt.nn.functional.pixel_unshuffle(captured, 2) * y)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # (a fallback to eager warns)
+        got = compiled(jt.tensor(2.0))
+    t = torch.tensor(values).contiguous(memory_format=torch.channels_last)[:, :, 1:5, 1:5]
+    want = torch.nn.functional.pixel_unshuffle(t, 2) * 2
+    assert got.stride() == want.stride()
+    np.testing.assert_array_equal(got.detach().numpy(), want.numpy())
