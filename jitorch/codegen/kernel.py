@@ -1031,7 +1031,10 @@ def build_reduction(group, name, target=None, aliases=None, layouts=None):
     chunk_bytes = bld.target.kept_run_bytes if one_run else bld.target.kept_chunk_bytes
     # (the accumulators of all the reductions share the chunk's bytes)
     slots = max(1, chunk_bytes // sum(a.dtype.itemsize for a in accs))
-    if kept and reduced and kept[-1] == len(in_shape) - 1 and in_shape[-1] > 1 \
+    # (not for dependent reductions, whose later ones read the earlier results (`known`) in `kept_body`'s row
+    # loops: fusion takes a reduction over dims of one element for a row reduction of a trailing row of none, as
+    # ``x - x.mean(0, keepdim=True)`` over a (1, n) input is, where the innermost dim is kept)
+    if kept and reduced and kept[-1] == len(in_shape) - 1 and in_shape[-1] > 1 and not read_later \
             and per_unit * sum(a.dtype.itemsize for a in accs) <= KEPT_CHUNK_MAX_BYTES:
         if row_outs:  # (fusion gives a row epilogue only to a reduction of trailing dims)
             raise CompileError("a row epilogue of a reduction that keeps the input's innermost dim")

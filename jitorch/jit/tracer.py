@@ -523,7 +523,7 @@ class Tracer:
             t = Tensor._view_of(base, *g)
             t._trace_value = (v, base._storage._version)
             views.append(t)
-        return views if isinstance(geo, list) else views[0]
+        return tuple(views) if isinstance(geo, list) else views[0]  # (a tuple, as eager's `registry._make_views`)
 
     def write(self, target, result):
         """Write ``result``'s values into the fake ``target`` (an in-place op), functionally."""

@@ -480,7 +480,10 @@ class _GradAsKernel(jt.autograd.Function):
     @staticmethod
     def forward(ctx, x, noted, rule):
         ctx.noted, ctx.rule, ctx.geometry = noted, rule, (x._shape, x._stride)
-        return x.view_as(x)
+        # (``x[...]``, not view_as: a view normalises the strides of dims of one element, which changes the memory
+        # format a channels-last input of one image suggests to the op composed after it; nor as_strided, which a
+        # graph cannot take of a captured slice)
+        return x[...]
 
     @staticmethod
     def backward(ctx, g):

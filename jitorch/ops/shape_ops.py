@@ -13,7 +13,7 @@ from ..runtime import dtypes as _dt
 from ..runtime.casts import convert
 from ..runtime.device import CPU
 from ..runtime.memory_format import contiguous_format, format_strides, suggest_memory_format
-from ..runtime.strided import like_strides, list_str, wrap_dim, wrap_dims
+from ..runtime.strided import contiguous_strides, like_strides, list_str, wrap_dim, wrap_dims
 from .meta import reduced_shape
 from . import functions
 from . import registry
@@ -317,17 +317,23 @@ def _roll_cpu(spec, x, shifts, dims):
 
 def _roll_strides(spec, x, shifts, dims):
     """roll's layout rule, torch's: an empty tensor's roll is its clone (preserve_format); one without ``dims``
-    rolls the flattened tensor (contiguous); one along ``dims`` is the cat of two narrows of ``x`` along the
-    first (cat's rule on their geometry), and the later dims roll that result, which keeps its layout."""
+    rolls the flattened tensor (contiguous); one along ``dims`` is the cat of two narrows along the first dim (cat's
+    rule on their geometry), then the roll of that result along the rest, one dim at a time: a later dim whose
+    shift leaves one narrow empty (a dim of one element) makes the result contiguous though the first kept the
+    channels-last layout."""
     if x.numel() == 0:
         return like_strides(x._shape, x._stride)
     if not dims:
         return None
-    d = wrap_dim(dims[0], x.ndim)
-    size = x._shape[d]
-    start = (size - shifts[0]) % size
-    return _joined_strides(tuple(spec.shape), [(x._shape[:d] + (n,) + x._shape[d + 1:], x._stride)
-                                               for n in (size - start, start)])
+    shape, strides = tuple(spec.shape), x._stride
+    for dim, shift in zip(dims, shifts):
+        d = wrap_dim(dim, x.ndim)
+        size = shape[d]
+        start = (size - shift) % size
+        strides = _joined_strides(shape, [(shape[:d] + (n,) + shape[d + 1:], strides) for n in (size - start, start)])
+        if strides is None:
+            strides = contiguous_strides(shape)
+    return strides
 
 
 defop("roll(Tensor self, int[] shifts, int[] dims=()) -> Tensor", meta=_roll_meta, cpu=_roll_cpu, kind="shape",

@@ -304,10 +304,10 @@ def _zeta_integer(s, q):
     (`zeta`) with its direct sum over the elements that still need terms, each term ``(q + k) ** -s`` as products
     of ``1 / (q + k)``, up to the first ``w = q + m`` past `_zeta_shift` (none where ``q`` is past it already: Cephes
     sums ten at least, and ``|q|`` more one element at a time for a negative ``q``), and the Euler-Maclaurin tail as
-    one polynomial in ``1 / w^2`` (``s`` is one number). inf at the integers ``q <= 0``, NaN at NaN."""
+    one polynomial in ``1 / w^2`` (``s`` is one number). inf at the integers ``q <= 0``, NaN at NaN and at +-inf
+    (torch's: Cephes' sum meets ``0 * inf`` at ``q = inf``, though the limit is 0)."""
     out = np.full(q.shape, np.nan)
     out[(q <= 0) & (q == np.floor(q))] = np.inf
-    out[q == np.inf] = 0.0
     ok = np.flatnonzero(np.isfinite(q) & ~((q <= 0) & (q == np.floor(q))))
     q = q[ok]
     with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
