@@ -115,3 +115,17 @@ def test_batch_norm_stage_step_bits_do_not_follow_the_thread_count(generator):
         jt.set_num_threads(before)
     for a, b in zip(one, two):
         np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("dim", [0, -1])
+def test_compiled_sums_of_a_zero_dim_tensor_over_its_dim_compile(dim):
+    """A 0-d tensor's dim 0 (or -1) names its one element: the pass that groups sums by their reduced dims
+    took the dim modulo the tensor's zero dims (ZeroDivisionError at compile time, the suite's sweep of sum,
+    mean, prod, amax, argmax and vector_norm caught it)."""
+    def fn(x):
+        return x.sum(dim) + x.mean(dim) * x.amax(dim)
+
+    x = jt.tensor(1.5)
+    got = jt.compile(fn)(x)
+    want = fn(torch.tensor(1.5))
+    assert got.shape == () and float(got) == float(want)

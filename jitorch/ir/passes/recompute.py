@@ -330,7 +330,7 @@ def _strides(value, graph):
 
 def _reduced_dims(reduction, ndim):
     dims = reduction.args[1] if len(reduction.args) > 1 and reduction.op.name not in ("max", "min") else None
-    if dims is None or dims == [] or dims == ():
+    if dims is None or dims == [] or dims == () or ndim == 0:  # (a 0-d tensor's dim 0 or -1 is its only element)
         return list(range(ndim))
     return sorted({d % ndim for d in ([dims] if isinstance(dims, int) else dims)})
 
