@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from jitorch.ir import Graph, parse
 
-# A program as deep as it is long: each op reads the one before. 25,000 steps make 50,000 nodes, which
-# no recursion over the program (printing, parsing, passes, code generation, autograd) may follow.
-DEEP_STEPS = 25_000
+# A program as deep as it is long: each op reads the one before. 5,000 steps make 10,000 nodes, ten times
+# Python's default recursion limit, which no recursion over the program (printing, parsing, passes, code
+# generation, autograd) may follow.
+DEEP_STEPS = 5_000
 
 
 def deep_chain(x, steps=DEEP_STEPS):

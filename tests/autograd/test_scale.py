@@ -1,4 +1,4 @@
-"""Autograd follows no recursion over the program: a backward through 50,000 ops (at Python's
+"""Autograd follows no recursion over the program: a backward through 10,000 ops (at Python's
 default recursion limit), with torch as the oracle."""
 
 import sys
@@ -10,7 +10,7 @@ import jitorch as jt
 from tests.deep import deep_chain
 
 
-def test_eager_backward_through_a_50000_op_chain_equals_torch():
+def test_eager_backward_through_a_10000_op_chain_equals_torch():
     assert sys.getrecursionlimit() <= 1000
     x = jt.tensor([0.5, -1.0, 2.0], requires_grad=True)
     deep_chain(x).sum().backward()

@@ -1,4 +1,4 @@
-"""Code generation follows no recursion over the program: every kernel of a 50,000-node chain gets
+"""Code generation follows no recursion over the program: every kernel of a 10,000-node chain gets
 its LLVM IR (at Python's default recursion limit)."""
 
 import math
@@ -9,7 +9,7 @@ from jitorch.ir.passes.fusion import MAX_GROUP_NODES, fuse
 from tests.deep import DEEP_STEPS, deep_chain_graph
 
 
-def test_every_kernel_of_a_50000_node_chain_builds_its_llvm_ir():
+def test_every_kernel_of_a_10000_node_chain_builds_its_llvm_ir():
     assert sys.getrecursionlimit() <= 1000
     graph = deep_chain_graph()
     sources = [build(group, f"k{i}") for i, group in enumerate(fuse(graph))]

@@ -141,7 +141,7 @@ x = jt.from_numpy(np.load("x.npy")); y = jt.from_numpy(np.load("y.npy"))
 expected = [np.load("e0.npy"), np.load("e1.npy")]
 rng = random.Random(0)
 counts = {"error": 0, "exact": 0}
-deadline = time.time() + 8
+deadline = time.time() + 3
 while time.time() < deadline:
     b = bytearray(data)
     if rng.random() < 0.3:

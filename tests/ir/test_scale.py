@@ -1,5 +1,5 @@
 """Programs as deep as they are long: the IR's text form, verifier, passes and fusion follow no
-recursion over a 50,000-node graph (at Python's default recursion limit), and fusion merges in time
+recursion over a 10,000-node graph (at Python's default recursion limit), and fusion merges in time
 linear in the graph."""
 
 import math
@@ -11,7 +11,7 @@ from jitorch.ir.passes.manager import optimize
 from tests.deep import DEEP_STEPS, deep_chain_text
 
 
-def test_a_50000_node_chain_parses_prints_verifies_optimises_and_fuses():
+def test_a_10000_node_chain_parses_prints_verifies_optimises_and_fuses():
     assert sys.getrecursionlimit() <= 1000
     text = deep_chain_text()
     graph = parse(text)

@@ -1,5 +1,5 @@
 """Tracing and compiling follow no recursion over the program (at Python's default recursion limit):
-a 50,000-op chain traces, a traced backward through 5,000 ops is built and fused, and a 5,000-op chain
+a 10,000-op chain traces, a traced backward through 5,000 ops is built and fused, and a 5,000-op chain
 compiles to machine code and runs as eagerly."""
 
 import math
@@ -19,7 +19,7 @@ from jitorch.jit import trace
 from tests.deep import deep_chain, deep_chain_text
 
 
-def test_a_50000_op_chain_traces():
+def test_a_10000_op_chain_traces():
     assert sys.getrecursionlimit() <= 1000
     assert str(trace(deep_chain, jt.randn(8))) == deep_chain_text()
 
