@@ -71,11 +71,8 @@ class KernelRun:
         `SharedPrograms` where it is shared, else its program where it has `MIN_RUN` kernels or more, else None;
         ``inplace``: with the kernels that write in place where the step has one (`executor.Plan.inplace`)."""
         def program(steps):
-            words = [len(steps)]
-            for step in steps:
-                kernel = step.inplace_kernel if inplace and step.inplace_kernel is not None else step.kernel
-                words += [kernel.address, ctypes.addressof(arena.args[step]), 0, kernel.outer]
-            return (ctypes.c_int64 * len(words))(*words)
+            return _program([(kernel.address, ctypes.addressof(arena.args[step]), 0, kernel.outer)
+                             for step, kernel in ((step, _kernel(step, inplace)) for step in steps)])
         segments = [SharedPrograms(seg, arena, inplace) if shared else program(seg) if len(seg) >= MIN_RUN else None
                     for seg, shared in zip(self.segments, self.shared)] if self.parallel else []
         return [program(self.steps), *segments]
@@ -202,7 +199,7 @@ class SharedPrograms:
     def __init__(self, steps, arena, inplace):
         self.items = []  # (entry, argument array address, outer, work) per kernel
         for step in steps:
-            kernel = step.inplace_kernel if inplace and step.inplace_kernel is not None else step.kernel
+            kernel = _kernel(step, inplace)
             self.items.append((kernel.address, ctypes.addressof(arena.args[step]), kernel.outer, kernel.source.work))
         self._by_threads = {}
 
@@ -246,7 +243,13 @@ def deal(items, n):
     return parts
 
 
+def _kernel(step, inplace):
+    """The kernel a run's program calls for ``step``: its in-place one where ``inplace`` and the step has one."""
+    return step.inplace_kernel if inplace and step.inplace_kernel is not None else step.kernel
+
+
 def _program(calls):
+    """`cpu.step_program`'s words for ``calls`` ((entry, argument array address, lo, hi) per kernel)."""
     words = [len(calls)]
     for call in calls:
         words += call

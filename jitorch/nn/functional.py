@@ -610,7 +610,7 @@ def _windows_in_place(w, xt, size, steps):
     """A convolution's product ``w @ windows`` computed on the windows where they lie in ``xt`` (no im2col copy:
     `ops.linalg.window_product`, the bits of the copied windows' product) where nothing records it (no autograd
     graph to save the windows for, no trace or profile: `_numpy_shortcut`) and the rule takes it; else None."""
-    # (a training step's call, whose weight requires grad, is refused by the first test: 0.3 us a call)
+    # (a training step's call, whose weight requires grad, is refused by the first test: 0.75 us a call, 3.4 before)
     if (w.requires_grad or xt.requires_grad) and jt.is_grad_enabled() \
             or not (_numpy_shortcut(xt) and w.dtype is xt.dtype and w._storage._data is not None):
         return None
