@@ -129,3 +129,26 @@ def test_short_rows_of_a_kernel_reading_more_than_the_caches_keep_llvms_width(wi
     (k,) = jt.compile(lambda t: t.sum(1)).lower(x).kernels
     assert '"llvm.loop.vectorize.width"' not in k._kernel.source.llvm_ir
     assert re.search(r"load <\d+ x float>", k.llvm_ir), k.llvm_ir  # (vectorised, not added one by one)
+
+
+LAYOUTS = {
+    "offset": lambda a: a[1:, 3:],
+    "stepped": lambda a: a[:, ::2],
+    "transposed": lambda a: a.T,
+    "expanded": lambda a: a[:1].expand(5, -1),
+}
+
+
+@pytest.mark.parametrize("layout", list(LAYOUTS))
+@pytest.mark.parametrize("case", list(SUMS))
+def test_streaming_sums_of_views_match_torch_and_eager(case, layout, monkeypatch):
+    """The narrower-vector runs over inputs that are views (an offset into storage, a step, a transpose, a
+    broadcast row): values within float rounding of torch's and eager jitorch's (float64)."""
+    monkeypatch.setattr(kernel_module, "STREAMING_BYTES", 0)
+    monkeypatch.setattr(kernel_module, "_built", collections.OrderedDict())
+    values = np.random.default_rng(7).standard_normal((7, COLS))
+    x, t = LAYOUTS[layout](jt.from_numpy(values)), LAYOUTS[layout](torch.from_numpy(values))
+    fn = FNS[case]
+    got = jt.compile(fn)(x).numpy()
+    np.testing.assert_allclose(got, fn(t).numpy(), rtol=1e-12, atol=1e-10)
+    np.testing.assert_allclose(got, fn(x).numpy(), rtol=1e-12, atol=1e-10)
