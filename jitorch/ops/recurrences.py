@@ -283,7 +283,7 @@ def _gru_forward(x, h, w_t, b_hh, output, reserve, reverse):
 
 def _layer_cpu(spec, mode, x, hx, cx, w_hh, b_hh, w_hr, reverse):
     ct = spec[0].compute.np
-    x, hx, w_t = x.astype(ct, copy=False), hx.astype(ct, copy=False), np.ascontiguousarray(w_hh.T, ct)
+    x, hx, w_t = x.astype(ct, copy=False), hx.astype(ct, copy=False), w_hh.T.astype(ct, copy=False)
     b_hh = None if b_hh is None else b_hh.astype(ct, copy=False)
     output = np.empty(spec[0].shape, ct)
     length, batch, reserved = spec[3].shape
@@ -293,6 +293,8 @@ def _layer_cpu(spec, mode, x, hx, cx, w_hh, b_hh, w_hr, reverse):
         return output, hx.copy(), (cx.astype(ct) if mode == "LSTM" else c_n), reserve.view(np.uint8)
     kernel, product = (None, None) if w_hr is not None else _cell("forward", mode, ct, batch, w_hh.shape[1],
                                                                   b_hh is not None, *w_t.shape)
+    if product is None:  # (the product kernel packs W_hh^T where it lies; NumPy's matmul wants it contiguous)
+        w_t = np.ascontiguousarray(w_t)
     if kernel is not None:
         x, b_hh = np.ascontiguousarray(x), None if b_hh is None else np.ascontiguousarray(b_hh)
         hx = np.ascontiguousarray(hx)  # (the kernels read its rows by address; held while they run)
