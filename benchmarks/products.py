@@ -16,6 +16,14 @@ median of rounds), as
 
 and printed as GFLOP/s with the ratios jitorch/torch and jitorch/numpy of the times, plus per model the
 step's product milliseconds under each system. torch is imported here only.
+
+A fused recurrence's per-step products (``h W_hh^T`` forward, ``d_gates W_hh`` backward: `ops.recurrences`) are
+collected too, one case per layer loop's (batch, k) by (k, n) product with its count of time steps: where a
+generated `ProductKernel` runs them (AVX-512), "jitorch" times that kernel on its packed weight as the loop runs it
+(a program of kernel calls, `threads.run_row_program`; the packing, once per layer call, apart), marked "step
+kernel" (numpy and torch make one call per product from Python, a few us each: 5-8% of the language model's
+60 us products); elsewhere they are NumPy products like the others. The language model's 140 per-step products
+are 0.9 of its 11.1 GFLOP (the decoder's three 2.8 each).
 """
 
 from __future__ import annotations
@@ -34,8 +42,8 @@ import numpy as np  # noqa: E402
 
 import jitorch  # noqa: E402
 from jitorch.jit import gemm_words  # noqa: E402
-from jitorch.ops import linalg  # noqa: E402
-from jitorch.runtime import blas_calls, blas_library  # noqa: E402
+from jitorch.ops import linalg, recurrences  # noqa: E402
+from jitorch.runtime import blas_calls, blas_library, threads  # noqa: E402
 import models  # noqa: E402
 
 DEFAULT_MODELS = ("gpt-4x128", "gpt-6x384", "cnn", "dcgan", "lstm")
@@ -45,8 +53,9 @@ def collect(name, quick):
     """{(dtype, a shape, a strides, b shape, b strides, out strides or None, caller): calls per step} of a
     compiled step of model ``name`` (strides in elements), from its third and fourth calls. The caller is
     'jitorch' for the products of ``linalg.array_product`` (seen as its BLAS call or generated kernel gets them,
-    after any fold of a batch into rows), 'numpy' for a module calling NumPy's matmul itself (none of these
-    models' steps: the recurrences call ``linalg._matmul``).
+    after any fold of a batch into rows) and the recurrences' NumPy products (``linalg._matmul``), 'numpy' for a
+    module calling NumPy's matmul itself (none of these models' steps), 'step kernel' for a recurrence's per-step
+    products by its generated kernel (out strides None: its own buffer; counted once per time step).
     Collected at one thread: at more, once ``set_num_threads`` has run in the process, products are split into
     parts or run in pairs by native gemm calls (`jit.interop`), which the watch does not see whole."""
     threads = jitorch.get_num_threads()
@@ -99,18 +108,57 @@ def _collect(name, quick):
             record(a, b, out, "jitorch")
         return done
     kept = gemm_words.product
+    steps, step_matmul = recurrences._run_steps, recurrences._matmul
+
+    def watched_steps(batch, kernel, *calls):  # (a layer's loop: `kernel`'s product once per step of ``calls``)
+        key = (_ITEMS[kernel.itemsize], (batch, kernel.k), (kernel.k, 1), (kernel.k, kernel.n), (kernel.n, 1), None,
+               STEP_KERNEL)
+        seen[key] += len(calls[0][1])
+        return steps(batch, kernel, *calls)
 
     def unkept(a, b, out):  # (the step's products through `array_product`, not the gemm calls kept for them)
         return linalg.array_product(a, b, out)
     np.matmul, linalg._matmul, linalg._skinny = watched, watched_product, watched_skinny
     blas_calls.run_gemm_parts, gemm_words.product = watched_parts, unkept
+    recurrences._run_steps, recurrences._matmul = watched_steps, watched_product
     try:
         call()
         call()
     finally:
         np.matmul, linalg._matmul, linalg._skinny = matmul, product, skinny
         blas_calls.run_gemm_parts, gemm_words.product = parts, kept
+        recurrences._run_steps, recurrences._matmul = steps, step_matmul
     return {k: n / 2 for k, n in seen.items()}
+
+
+STEP_KERNEL = "step kernel"
+_ITEMS = {4: "float32", 8: "float64"}
+
+
+def _step_kernel(a, b):
+    """``a @ b`` by the recurrences' generated product kernel as a layer's loop runs it: ``b`` packed once, then
+    a call per product (in a program of calls where the native runner takes one, as `recurrences._run_steps`
+    runs it), ``reps`` products per call of the returned function ``run(reps)``; None where no kernel serves."""
+    kernel = None if recurrences.PRODUCT_KERNEL is None else recurrences.PRODUCT_KERNEL(a.dtype, *b.shape)
+    rows = a.shape[0]
+    if kernel is None or not kernel.serves(rows):
+        return None
+    a = np.ascontiguousarray(a)
+    packed = kernel.pack(b)
+    out = np.zeros((rows, kernel.ld), a.dtype)
+    table = kernel.table({"a": recurrences._address(a), "w": recurrences._address(packed),
+                          "out": recurrences._address(out)})
+    row = kernel.rows(table)[0]
+
+    def run(reps):
+        program = np.empty(1 + 2 * reps, np.uint64)
+        program[0], program[1::2], program[2::2] = reps, kernel.address, row
+        if not threads.run_row_program(program, rows, 1):
+            for _ in range(reps):
+                kernel.run(row, rows)
+        return out[:, :b.shape[1]]
+    run.held = (a, packed, out, table)  # (the kernel reads them by address)
+    return run
 
 
 def _elements(x):
@@ -142,8 +190,14 @@ def time_case(key, torch, rounds):
     shape = product_shape(sa, sb)
     out = None if to is None else strided(shape, to, dtype, rng)
     fresh = out is None
+    reps = max(1, int(2e7 / max(flops(sa, sb), 1)))  # about 0.2-20 ms per turn
+    kernel = _step_kernel(a, b) if caller == STEP_KERNEL else None
+    if caller == STEP_KERNEL and kernel is None:
+        raise RuntimeError(f"no step kernel serves {sa} @ {sb} {dtype} here: collected on another machine?")
 
     def jit():
+        if kernel is not None:
+            return kernel(1)
         if caller == "numpy":
             return np.matmul(a, b) if fresh else np.matmul(a, b, out=out)
         return linalg.array_product(a, b) if fresh else linalg.array_product(a, b, out)
@@ -155,15 +209,17 @@ def time_case(key, torch, rounds):
         x, y = torch.from_numpy(a), torch.from_numpy(b)
         calls["torch"] = lambda: torch.matmul(x, y)
         np.testing.assert_allclose(jit(), torch.matmul(x, y).numpy(), rtol=2e-3, atol=2e-3 * np.sqrt(sa[-1]))
-    reps = max(1, int(2e7 / max(flops(sa, sb), 1)))  # about 0.2-20 ms per turn
     for fn in calls.values():
         fn()
     times = {s: [] for s in calls}
     for i in range(rounds):  # (the order turns round each round: the first turn after a switch runs colder)
         for s, fn in list(calls.items())[::1 if i % 2 else -1]:
             t0 = time.process_time()
-            for _ in range(reps):
-                fn()
+            if s == "jitorch" and kernel is not None:
+                kernel(reps)
+            else:
+                for _ in range(reps):
+                    fn()
             times[s].append((time.process_time() - t0) / reps)
     return {s: statistics.median(t) for s, t in times.items()}
 
@@ -204,10 +260,12 @@ def main(argv=None):
         counts = "+".join(f"{c[key]:g}" for c in per_model.values() if key in c)
         t = timed[key]
         f = flops(sa, sb)
-        line = (f"{counts:>14}  {describe(sa, ta):<28} {describe(sb, tb):<28} {'new' if to is None else 'arena':<8} "
+        where = "step" if caller == STEP_KERNEL else "new" if to is None else "arena"
+        line = (f"{counts:>14}  {describe(sa, ta):<28} {describe(sb, tb):<28} {where:<8} "
                 f"{f / 1e6:8.2f}  " + "".join(f"{f / t[s] / 1e9:8.1f}" for s in systems)
                 + f"  {t['jitorch'] / t['numpy']:7.2f}" + (f"  {t['jitorch'] / t['torch']:9.2f}" if torch else ""))
-        print(line + ("  (NumPy directly)" if caller == "numpy" else ""))
+        print(line + ("  (NumPy directly)" if caller == "numpy" else "  (per-step kernel)" if caller == STEP_KERNEL
+                      else ""))
     print("\nms of products per step")
     print(f"{'model':<12} {'products':>8} {'GFLOP':>7}  " + "".join(f"{s:>8}" for s in systems)
           + f"  {'jit/np':>7}" + (f"  {'jit/torch':>9}" if torch else ""))
