@@ -4,8 +4,8 @@
 
 16M float32 elements as rows of 9 to 4096 (``t.sum(1)``, ``t.amax(1)``), and the full sum: the shapes whose
 kernels read a run of reduced elements (`jitorch/codegen/kernel.py`'s ``streamed_run``). The two systems take
-turns in blocks of `BLOCK` timed calls, the first of each round alternating; a block begins `SETTLE` seconds
-after the other system's last call, with one call untimed, and its calls follow each other (``--gap``: that many
+turns in blocks of `BLOCK` timed calls, the first of each round alternating; a block begins once the other
+system's threads went quiet after its last call (`timing.settle`), with one call untimed, and its calls follow each other (``--gap``: that many
 ms apart, the worker then asleep at each call: jitorch's team spins `threads.SPIN_US` after a part, torch's
 OpenMP workers about 4.4 ms). Taking turns call by call, as this script did until session 51, timed each jitorch
 call 1 ms after a torch call, while a torch worker still spun on one of the two cores (process CPU time during a
@@ -44,8 +44,10 @@ import time
 import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+sys.path.insert(0, os.path.dirname(__file__))
 import jitorch as jt  # noqa: E402
 from jitorch.runtime import threads as team  # noqa: E402
+from timing import settle  # noqa: E402
 
 try:
     import torch
@@ -66,9 +68,7 @@ def cases(quick):
     return out
 
 
-# Seconds between one system's block and the next one's (torch's OpenMP workers spin about 4.4 ms after a call);
-# calls per block
-SETTLE = 0.03
+# Calls per block
 BLOCK = 3
 
 
@@ -80,7 +80,7 @@ def timed(calls, rounds, gap=0.0):
     cpu = {k: [] for k in names}
     for r, first in enumerate(range(0, rounds, BLOCK)):
         for k in names[r % len(names):] + names[:r % len(names)]:
-            time.sleep(SETTLE)
+            settle()
             calls[k]()
             for _ in range(min(BLOCK, rounds - first)):
                 if gap:
