@@ -34,6 +34,7 @@ import os
 import platform
 import sys
 import threading
+import time
 from .forks import module_lock
 
 _settings = {"threads": None, "interop": None, "interop_fixed": False, "warn_always": False,
@@ -121,10 +122,18 @@ STEP_SPIN_US = 1000
 # on this project's 2-vCPU machine (a kernel that packs wake-ups onto busy vCPUs) the woken worker waited there
 # while the forking thread ran its own part, then found its part taken back (64-86% of the parts of a 16M sum or
 # of 4096-wide rows with nothing else running, session 51), so two threads ran as one. Where the forking thread
-# may use one CPU (taskset, ``os.sched_setaffinity``), the workers keep that CPU's mask: nothing is pinned.
-# Off where the environment sets JITORCH_PIN_WORKERS=0 (read at import), or where this is set False (the
-# workers then get the forking thread's mask back at the next fork).
-PIN_WORKERS = os.environ.get("JITORCH_PIN_WORKERS", "1") != "0"
+# may use one CPU (taskset, ``os.sched_setaffinity``), the workers keep their own masks: nothing is pinned.
+# "auto": only while the machine is not crowded (`UNCROWDED_LOAD`); True: always; False: never (the workers then
+# get their masks back at the next fork). JITORCH_PIN_WORKERS=0, 1 or auto sets it at import.
+PIN_WORKERS = {"0": False, "1": True}.get(os.environ.get("JITORCH_PIN_WORKERS", "auto"), "auto")
+# ... where the 1-minute load average is under the CPUs the forking thread may use plus this (read at most every
+# `LOAD_CHECK_S` seconds). On a crowded machine a worker kept off the forking thread's CPU queues for the other
+# one, and when it gets it, it spins there while the forking thread queues (2 threads at load 13-15, the other
+# sessions' work on both cores, placed against not, same process, turns: compiled cnn step 1.04-1.19x the wall
+# time in 5 of 7 runs, gpt-4x128 0.99-1.15x; process CPU up to 1.15x), where left to the kernel both threads
+# share one core and the forking thread takes back the worker's parts as the other threads leave it the core.
+UNCROWDED_LOAD = 1.0
+LOAD_CHECK_S = 1.0
 
 # The team's native code (Linux: it sleeps on futexes). A team's state is four int32 words: go (raised once
 # per fork), go's sleepers flag, done (raised once per part a worker finished), done's sleepers flag; each
@@ -685,6 +694,7 @@ class _Team:
         # the masks the workers had when they started and the ones they have now as far as
         # jitorch knows, how many placements set masks, and why placement stopped (None: it goes on)
         self.placed_on, self.placements, self.hands_off = None, 0, None
+        self.load_checked, self.loaded = -LOAD_CHECK_S, False  # (`_crowded`)
         self.tids = []
         for i in range(n - 1):
             worker = threading.Thread(target=self._loop, args=(i,), name=f"jitorch-{i + 1}", daemon=True)
@@ -708,13 +718,14 @@ class _Team:
     def place(self):
         """Keep the workers off the forking thread's CPU (`PIN_WORKERS`): when it runs on another CPU than the one
         they were last pinned off, the workers may run on the CPUs the forking thread's mask allows but that one;
-        where it allows one CPU, the workers get back the masks they started with. A worker between forks spins or
-        sleeps, so moving it costs a system call per worker, and only when the forking thread has moved (after a
-        sleep, or the scheduler balancing the cores); the check at each fork reads the CPU from memory (0.1 µs). Masks that someone else set (a worker's mask is not the one
+        where it allows one CPU, or the machine is crowded (`UNCROWDED_LOAD`), the workers get back the masks they
+        started with. A worker between forks spins or sleeps, so moving it costs a system call per worker, and only
+        when the forking thread has moved (after a sleep, or the scheduler balancing the cores); the check at each
+        fork reads the CPU from memory (0.1 µs). Masks that someone else set (a worker's mask is not the one
         jitorch gave it, or could not be read or set) end placement for good: the user's choice stands."""
         if self.hands_off is not None:
             return
-        if not PIN_WORKERS:
+        if not PIN_WORKERS or (PIN_WORKERS == "auto" and self._crowded()):
             if self.masks != self.started_masks:
                 self._set_masks(self.started_masks)
             self.placed_on = None
@@ -732,6 +743,15 @@ class _Team:
         self.placed_on = None
         if self.masks != self.started_masks:
             self._set_masks(self.started_masks)
+
+    def _crowded(self):
+        """Whether the machine had more runnable threads than the forking thread has CPUs, plus `UNCROWDED_LOAD`,
+        as of the last look at the load average (at most `LOAD_CHECK_S` seconds ago)."""
+        now = time.monotonic()
+        if now - self.load_checked >= LOAD_CHECK_S:
+            self.load_checked = now
+            self.loaded = os.getloadavg()[0] >= len(os.sched_getaffinity(0)) + UNCROWDED_LOAD
+        return self.loaded
 
     def _set_masks(self, masks):
         """Give the workers ``masks``, unless their masks are no longer those jitorch last gave them."""

@@ -104,6 +104,22 @@ def test_a_mask_set_outside_jitorch_ends_placement(team, monkeypatch):
         assert os.sched_getaffinity(team.tids[0]) == mine
 
 
+def test_on_a_crowded_machine_the_workers_are_left_to_the_kernel(team, monkeypatch):
+    """Placement "auto" pins the workers only while the load average is under the forking thread's CPUs plus
+    `UNCROWDED_LOAD`: on a crowded machine a worker kept off the forking thread's CPU queues for the other one
+    and then spins there while the forking thread queues (compiled steps 1.04-1.19x slower at load 13-15)."""
+    allowed = os.sched_getaffinity(0)
+    monkeypatch.setattr(threads, "PIN_WORKERS", "auto")
+    monkeypatch.setattr(threads, "LOAD_CHECK_S", 0.0)
+    monkeypatch.setattr(os, "getloadavg", lambda: (0.0, 0.0, 0.0))
+    _fork_to_the_worker(team)
+    assert team.masks == ([allowed - {team.placed_on}] if len(allowed) > 1 else [allowed])
+    monkeypatch.setattr(os, "getloadavg", lambda: (len(allowed) + threads.UNCROWDED_LOAD,) * 3)
+    _fork_to_the_worker(team)
+    assert team.placed_on is None and team.masks == team.started_masks
+    assert os.sched_getaffinity(team.tids[0]) == allowed
+
+
 def test_a_compiled_sum_has_the_same_bits_with_the_workers_placed_or_not(team, monkeypatch):
     x = jt.from_numpy(np.random.default_rng(52).standard_normal(1 << 20, dtype=np.float32))
     sums = {}
