@@ -147,7 +147,9 @@ def main(argv=None):
             (jw, jc), (tw, tc) = times["jitorch compiled"], times["torch eager"]
             print(f"{label:<26}{f'{jw * 1e3:.2f} ({jc * 1e3:.2f}) ms':>24}{f'{tw * 1e3:.2f} ({tc * 1e3:.2f}) ms':>24}"
                   f"{jw / tw:>12.2f}{f'{back / parts:.0%}' if parts else '-':>12}{crowded if parts else '-':>9}")
-    print(f"load at the end {os.getloadavg()[0]:.1f}")
+    placed = {n: t.placements for n, t in team._teams.items()}
+    print(f"load at the end {os.getloadavg()[0]:.1f}; worker placement {team.PIN_WORKERS!r} "
+          f"(`threads.PIN_WORKERS`), masks set per team: {placed}")
 
 
 if __name__ == "__main__":

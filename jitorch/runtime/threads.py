@@ -6,7 +6,8 @@ how many parts a large matrix product splits into (`ops.linalg`: eager and compi
 at once, each part a one-thread BLAS call). Both fork and join on a team of ``n - 1`` worker
 threads that wait in native code (`_Team`): spinning on a word for ``SPIN_US`` (less where a yield shows
 another thread waiting for the core, ``CROWD_US``; ``STEP_SPIN_US`` while a compiled call holds the team, `hold`),
-then asleep on a futex. A
+then asleep on a futex. On Linux the workers are kept off the forking thread's CPU while the machine is not
+crowded (`PIN_WORKERS`, `_Team.place`). A
 kernel's chunks go to the workers and come back without the GIL on either side (`run_chunks`), and so do a
 product's parts that are one gemm call each (`run_native_parts`, `runtime.blas_calls`); other parts come back
 to Python for NumPy's matmul (`run_parts`). On this project's 2-core machine a pool of ``concurrent.futures`` made a split
