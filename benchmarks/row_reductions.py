@@ -1,6 +1,6 @@
 """Compiled row and full reductions against torch eager, taking turns in one process.
 
-    python benchmarks/row_reductions.py [--quick] [--threads 1,2] [--gap MS] [--pin]
+    python benchmarks/row_reductions.py [--quick] [--threads 1,2] [--gap MS] [--pin] [--parts]
 
 16M float32 elements as rows of 9 to 4096 (``t.sum(1)``, ``t.amax(1)``), and the full sum: the shapes whose
 kernels read a run of reduced elements (`jitorch/codegen/kernel.py`'s ``streamed_run``). The two systems take
@@ -21,6 +21,13 @@ worker that the calling thread took back because no worker had claimed them when
 call then runs as one thread's), and the spins that ended early because a yield showed the machine crowded
 (`threads.CROWD_US`; the worker then sleeps, and the next fork must wake it).
 
+``--parts`` then runs each case's jitorch call again at two threads or more with each fork's native parts recorded
+(`where_parts_ran`): the parts taken back, those a worker ran on the forking thread's CPU, how long after the fork
+a worker's part began, and the parts' lengths (the split's balance). On the 2-vCPU machine (load 16, the process at
+autogroup nice -20, 90 calls of the 4096-wide row max): with the workers left to the kernel 14-50% of the parts
+were taken back and 3-9 run on the forking thread's CPU; placed (`threads.PIN_WORKERS`), 3-8% and none, a worker's
+part beginning 13-24 us after the fork, the two parts within 5% of each other.
+
 On the shared 2-core machine (load 13-16 from other work) the 2-thread table measures the scheduler more than
 the kernels: a woken worker is placed on the core of the thread that woke it when no core is idle, and waits
 there while that thread runs its own part, which then takes the worker's back (80-93% of the parts at load 13,
@@ -35,6 +42,8 @@ root) jitorch's second thread bought what torch's did: jitorch / torch at 2 thre
 from __future__ import annotations
 
 import argparse
+import ctypes
+import functools
 import os
 import statistics
 import sys
@@ -108,12 +117,118 @@ def pin_threads():
     return True
 
 
+# `--parts`: a native part that runs a kernel's part and records where and when: its argument array holds the
+# kernel's entry and argument array, then it writes the CPU the part began on, its thread id, and its start and end
+# (CLOCK_MONOTONIC ns)
+_PART_IR = """
+declare i32 @sched_getcpu()
+declare i64 @syscall(i64, ...)
+declare i32 @clock_gettime(i32, i8*)
+
+define internal i64 @now() {{
+  %ts = alloca [2 x i64], align 8
+  %p = bitcast [2 x i64]* %ts to i8*
+  %r = call i32 @clock_gettime(i32 1, i8* %p)
+  %ps = getelementptr [2 x i64], [2 x i64]* %ts, i64 0, i64 0
+  %s = load i64, i64* %ps, align 8
+  %pn = getelementptr [2 x i64], [2 x i64]* %ts, i64 0, i64 1
+  %n = load i64, i64* %pn, align 8
+  %sn = mul i64 %s, 1000000000
+  %t = add i64 %sn, %n
+  ret i64 %t
+}}
+
+define void @recorded_part(i8* %a, i64 %lo, i64 %hi) {{
+  %w = bitcast i8* %a to i64*
+  %t0 = call i64 @now()
+  %cpu = call i32 @sched_getcpu()
+  %tid = call i64 (i64, ...) @syscall(i64 {gettid})
+  %fi = load i64, i64* %w, align 8
+  %pa = getelementptr i64, i64* %w, i64 1
+  %ai = load i64, i64* %pa, align 8
+  %fn = inttoptr i64 %fi to void (i8*, i64, i64)*
+  %args = inttoptr i64 %ai to i8*
+  call void %fn(i8* %args, i64 %lo, i64 %hi)
+  %t1 = call i64 @now()
+  %pc = getelementptr i64, i64* %w, i64 2
+  %c64 = sext i32 %cpu to i64
+  store i64 %c64, i64* %pc, align 8
+  %pt = getelementptr i64, i64* %w, i64 3
+  store i64 %tid, i64* %pt, align 8
+  %p0 = getelementptr i64, i64* %w, i64 4
+  store i64 %t0, i64* %p0, align 8
+  %p1 = getelementptr i64, i64* %w, i64 5
+  store i64 %t1, i64* %p1, align 8
+  ret void
+}}
+"""
+_GETTID = {"x86_64": 186, "aarch64": 178}
+
+
+@functools.cache
+def _recorded_part():
+    """(the address of `_PART_IR`'s part, its engine, a function giving CLOCK_MONOTONIC ns), None where the team has
+    no native code."""
+    arch = team._arch()
+    if arch is None:
+        return None
+    import llvmlite.binding as llvm
+
+    libc = ctypes.CDLL(None)
+    for name in ("sched_getcpu", "syscall", "clock_gettime"):
+        llvm.add_symbol(name, ctypes.cast(getattr(libc, name), ctypes.c_void_p).value)
+    engine = team._mcjit(_PART_IR.format(gettid=_GETTID[arch]))
+    return engine.get_function_address("recorded_part"), engine, lambda: time.clock_gettime_ns(time.CLOCK_MONOTONIC)
+
+
+def where_parts_ran(call, calls):
+    """Run ``call`` ``calls`` times in blocks of `BLOCK` (each begun settled, as `timed` times them) with each fork's
+    native parts recorded: per fork, the forking thread's CPU, and per part handed to a worker whether the forking
+    thread took it back, the CPU it ran on, how long after the fork it began (the wake-up), and both parts'
+    lengths. Returns medians and counts as a dict (empty where nothing forked)."""
+    recorded = _recorded_part()
+    if recorded is None:
+        return {}
+    address, _, now = recorded
+    forks = []
+    forked = team._forked
+
+    def recording(parts, entry):
+        if entry is None:
+            return forked(parts, entry)
+        words = [(ctypes.c_int64 * 6)(entry, args, -1, 0, 0, 0) for args, _, _ in parts]
+        start = now()
+        ran = forked([(ctypes.addressof(w), lo, hi) for w, (_, lo, hi) in zip(words, parts)], address)
+        forks.append((start, words))
+        return ran
+    team._forked = recording
+    try:
+        for first in range(0, calls, BLOCK):
+            settle()
+            for _ in range(min(BLOCK, calls - first)):
+                call()
+    finally:
+        team._forked = forked
+    me = threading.get_native_id()
+    handed = [(start, words[0], w) for start, words in forks for w in words[1:]]
+    ran = [(start, mine, w) for start, mine, w in handed if w[3] != me]
+    if not handed:
+        return {}
+    return {"parts": len(handed), "taken back": len(handed) - len(ran),
+            "on its CPU": sum(w[2] == mine[2] for _, mine, w in ran),
+            "start us": statistics.median((w[4] - start) / 1e3 for start, _, w in ran) if ran else float("nan"),
+            "own part us": statistics.median((mine[5] - mine[4]) / 1e3 for _, mine, _ in handed),
+            "worker part us": statistics.median((w[5] - w[4]) / 1e3 for _, _, w in ran) if ran else float("nan")}
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="4M elements, fewer rounds")
     parser.add_argument("--threads", default="1,2", help="thread counts, comma-separated")
     parser.add_argument("--gap", type=float, default=0.0, help="ms between calls within a block (default: none)")
     parser.add_argument("--pin", action="store_true", help="the calling thread on one CPU, the workers on the others")
+    parser.add_argument("--parts", action="store_true",
+                        help="at 2 threads or more, where each jitorch fork's parts ran (after the timing)")
     args = parser.parse_args(argv)
     if torch is None:
         sys.exit("torch is not installed: pip install -e '.[bench]'")
@@ -147,6 +262,12 @@ def main(argv=None):
             (jw, jc), (tw, tc) = times["jitorch compiled"], times["torch eager"]
             print(f"{label:<26}{f'{jw * 1e3:.2f} ({jc * 1e3:.2f}) ms':>24}{f'{tw * 1e3:.2f} ({tc * 1e3:.2f}) ms':>24}"
                   f"{jw / tw:>12.2f}{f'{back / parts:.0%}' if parts else '-':>12}{crowded if parts else '-':>9}")
+            where = where_parts_ran(calls["jitorch compiled"], rounds) if args.parts and threads > 1 else {}
+            if where:
+                print(f"{'':<4}parts: {where['parts']} handed to workers, {where['taken back']} taken back, "
+                      f"{where['on its CPU']} run on the forking thread's CPU; "
+                      f"a worker's part began {where['start us']:.1f} us after the fork (median); parts "
+                      f"{where['own part us']:.0f} us (forking thread) / {where['worker part us']:.0f} us (worker)")
     placed = {n: t.placements for n, t in team._teams.items()}
     print(f"load at the end {os.getloadavg()[0]:.1f}; worker placement {team.PIN_WORKERS!r} "
           f"(`threads.PIN_WORKERS`), masks set per team: {placed}")
