@@ -692,10 +692,11 @@ class _Team:
         self.done = 0  # parts finished by the workers, as of the last join
         self.workers = n - 1
         # `place`: the CPU the forking thread ran on when the workers were last pinned off it (None: they are not),
-        # the masks the workers had when they started and the ones they have now as far as
-        # jitorch knows, how many placements set masks, and why placement stopped (None: it goes on)
+        # the masks the workers had when they started and the ones they have now as far as jitorch knows, how
+        # many placements set masks, and why placement stopped (None: it goes on)
         self.placed_on, self.placements, self.hands_off = None, 0, None
         self.load_checked, self.loaded = -LOAD_CHECK_S, False  # (`_crowded`)
+        self.placing = threading.Lock()
         self.tids = []
         for i in range(n - 1):
             worker = threading.Thread(target=self._loop, args=(i,), name=f"jitorch-{i + 1}", daemon=True)
@@ -724,8 +725,15 @@ class _Team:
         when the forking thread has moved (after a sleep, or the scheduler balancing the cores); the check at each
         fork reads the CPU from memory (0.1 µs). Masks that someone else set (a worker's mask is not the one
         jitorch gave it, or could not be read or set) end placement for good: the user's choice stands."""
-        if self.hands_off is not None:
-            return
+        if self.hands_off is not None or not self.placing.acquire(blocking=False):
+            return  # (another thread places them now: `hold` runs outside the team's lock)
+        try:
+            self._place()
+        finally:
+            self.placing.release()
+
+    def _place(self):
+        """`place`, with the team's placement to itself."""
         if not PIN_WORKERS or (PIN_WORKERS == "auto" and self._crowded()):
             if self.masks != self.started_masks:
                 self._set_masks(self.started_masks)

@@ -131,3 +131,25 @@ def test_a_compiled_sum_has_the_same_bits_with_the_workers_placed_or_not(team, m
     monkeypatch.setitem(threads._settings, "threads", 1)
     sums[1] = jt.compile(lambda t: t.sum())(x).numpy()
     assert sums[True].tobytes() == sums[False].tobytes() == sums[1].tobytes()
+
+
+def test_holds_from_threads_on_different_cpus_keep_placement_going(team):
+    """`hold` places the workers outside the team's lock: two threads that hold it at once from different CPUs
+    (each moves the workers off its own) must not take each other's masks for a user's and end placement."""
+    allowed = sorted(os.sched_getaffinity(0))
+    errors = []
+
+    def holder(cpu):
+        try:
+            os.sched_setaffinity(0, {cpu})
+            for _ in range(300):
+                threads.release(threads.hold())
+        except BaseException as e:  # noqa: BLE001 - re-raised below, on the test's thread
+            errors.append(e)
+    holders = [threading.Thread(target=holder, args=(cpu,)) for cpu in (allowed[0], allowed[-1])]
+    for h in holders:
+        h.start()
+    for h in holders:
+        h.join()
+    assert not errors and team.hands_off is None
+    assert [os.sched_getaffinity(tid) for tid in team.tids] == team.masks
