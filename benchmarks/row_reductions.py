@@ -2,17 +2,17 @@
 
     python benchmarks/row_reductions.py [--quick] [--threads 1,2] [--gap MS] [--pin] [--parts]
 
-16M float32 elements as rows of 9 to 4096 (``t.sum(1)``, ``t.amax(1)``), and the full sum: the shapes whose
-kernels read a run of reduced elements (`jitorch/codegen/kernel.py`'s ``streamed_run``). The two systems take
-turns in blocks of `BLOCK` timed calls, the first of each round alternating; a block begins once the other
-system's threads went quiet after its last call (`timing.settle`), with one call untimed, and its calls follow each other (``--gap``: that many
-ms apart, the worker then asleep at each call: jitorch's team spins `threads.SPIN_US` after a part, torch's
-OpenMP workers about 4.4 ms). Taking turns call by call, as this script did until session 51, timed each jitorch
-call 1 ms after a torch call, while a torch worker still spun on one of the two cores (process CPU time during a
-sleep after a torch call at 2 threads: 1.08 ms in 1 ms, 4.4 ms in 5 to 100 ms; after a jitorch call 0.07-0.14):
-at 2 threads a 16M sum took 2.20 ms 1 ms after a torch call against 1.42 ms 30 ms after it or 1.46 ms 1 ms after
-a jitorch call (4096x4096 row max: 2.86, 2.29, 2.25 ms; medians of 25, load 13.6, the process at autogroup nice
--20), so its 2-thread table held jitorch to about one thread's time.
+16M float32 elements as rows of 9 to 4096 (``t.sum(1)``, ``t.amax(1)``), and the full sum: the shapes whose kernels
+read a run of reduced elements (`jitorch/codegen/kernel.py`'s ``streamed_run``). The two systems take turns in
+blocks of `BLOCK` timed calls, the first of each round alternating; a block begins once the other system's threads
+went quiet after its last call (`timing.settle`), with one call untimed, and its calls follow each other (``--gap``:
+that many ms apart, the worker then asleep at each call: jitorch's team spins `threads.SPIN_US` after a part,
+torch's OpenMP workers about 4.4 ms). Taking turns call by call, as this script did until session 51, timed each
+jitorch call 1 ms after a torch call, while a torch worker still spun on one of the two cores (process CPU time
+during a sleep after a torch call at 2 threads: 1.08 ms in 1 ms, 4.4 ms in 5 to 100 ms; after a jitorch call
+0.07-0.14): at 2 threads a 16M sum took 2.20 ms 1 ms after a torch call against 1.42 ms 30 ms after it or 1.46 ms 1
+ms after a jitorch call (4096x4096 row max: 2.86, 2.29, 2.25 ms; medians of 25, load 13.6, the process at autogroup
+nice -20), so its 2-thread table held jitorch to about one thread's time.
 
 Medians of wall time per call and of the calling thread's CPU time (at one thread the fair measure on a shared
 machine), the ratio jitorch / torch of the wall medians, and at two threads or more what became of jitorch's

@@ -131,8 +131,9 @@ PIN_WORKERS = {"0": False, "1": True}.get(os.environ.get("JITORCH_PIN_WORKERS", 
 # `LOAD_CHECK_S` seconds). On a crowded machine a worker kept off the forking thread's CPU queues for the other
 # one, and when it gets it, it spins there while the forking thread queues (2 threads at load 13-15, the other
 # sessions' work on both cores, placed against not, same process, turns: compiled cnn step 1.04-1.19x the wall
-# time in 5 of 7 runs, gpt-4x128 0.99-1.15x; process CPU up to 1.15x), where left to the kernel both threads
-# share one core and the forking thread takes back the worker's parts as the other threads leave it the core.
+# time in 7 of 8 runs (median 1.08), gpt-4x128 0.99-1.15x in 4; process CPU up to 1.15x), where left to the
+# kernel both threads share one core and the forking thread takes back the worker's parts as the other threads
+# leave it the core.
 UNCROWDED_LOAD = 1.0
 LOAD_CHECK_S = 1.0
 
