@@ -697,7 +697,7 @@ class _Team:
         # many placements set masks, and why placement stopped (None: it goes on)
         self.placed_on, self.placements, self.hands_off = None, 0, None
         self.load_checked, self.loaded = -LOAD_CHECK_S, False  # (`_crowded`)
-        self.placing = threading.Lock()
+        self.placing, self.pinned = threading.Lock(), False
         self.tids = []
         for i in range(n - 1):
             worker = threading.Thread(target=self._loop, args=(i,), name=f"jitorch-{i + 1}", daemon=True)
@@ -726,19 +726,12 @@ class _Team:
         when the forking thread has moved (after a sleep, or the scheduler balancing the cores); the check at each
         fork reads the CPU from memory (0.1 µs). Masks that someone else set (a worker's mask is not the one
         jitorch gave it, or could not be read or set) end placement for good: the user's choice stands."""
-        if self.hands_off is not None or not self.placing.acquire(blocking=False):
-            return  # (another thread places them now: `hold` runs outside the team's lock)
-        try:
-            self._place()
-        finally:
-            self.placing.release()
-
-    def _place(self):
-        """`place`, with the team's placement to itself."""
+        if self.hands_off is not None:
+            return
         if not PIN_WORKERS or (PIN_WORKERS == "auto" and self._crowded()):
-            if self.masks != self.started_masks:
-                self._set_masks(self.started_masks)
             self.placed_on = None
+            if self.pinned:
+                self._locked(self.started_masks)
             return
         cpu = _getcpu()
         if cpu == self.placed_on:
@@ -746,13 +739,24 @@ class _Team:
         allowed = os.sched_getaffinity(0)
         others = allowed - {cpu}
         if others and len(allowed) > 1:
-            self.placed_on = cpu
-            self._set_masks([others] * len(self.tids))
+            if self._locked([others] * len(self.tids)):
+                self.placed_on = cpu
             return
         # (placed_on stays None: each fork reads the mask again, to pin once the forking thread may use more CPUs)
         self.placed_on = None
-        if self.masks != self.started_masks:
-            self._set_masks(self.started_masks)
+        if self.pinned:
+            self._locked(self.started_masks)
+
+    def _locked(self, masks):
+        """`_set_masks` unless another thread sets them now (`hold` places the workers outside the team's lock);
+        whether the workers have ``masks`` now."""
+        if not self.placing.acquire(blocking=False):
+            return False
+        try:
+            self._set_masks(masks)
+        finally:
+            self.placing.release()
+        return self.masks == masks
 
     def _crowded(self):
         """Whether the machine had more runnable threads than the forking thread has CPUs, plus `UNCROWDED_LOAD`,
@@ -775,6 +779,7 @@ class _Team:
             self.hands_off = f"setting a worker's CPU mask failed: {e}"
             return
         self.masks = list(masks)
+        self.pinned = self.masks != self.started_masks
         self.placements += 1
 
     def _loop(self, i):
