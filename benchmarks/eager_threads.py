@@ -28,6 +28,7 @@ sys.path.insert(0, os.path.abspath(os.path.join(os.path.dirname(__file__), "..")
 sys.path.insert(0, os.path.dirname(__file__))
 from jitorch.runtime import threads  # noqa: E402
 import models  # noqa: E402
+from timing import settle  # noqa: E402
 
 SYSTEMS = ("jitorch eager", "torch eager")
 
@@ -59,7 +60,7 @@ def measure(name, thread_counts, rounds, steps, quick):
                 if not callable(call):
                     continue
                 call()  # (a thread count just set starts its pools)
-                time.sleep(models.SETTLE_S)
+                settle()
                 before = dict(threads.counters)
                 wall, thread_cpu = per_step(call, steps)
                 walls[system, n].append(wall)

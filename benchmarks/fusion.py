@@ -22,14 +22,13 @@ import os
 import subprocess
 import sys
 import tempfile
-import time
 
 import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 sys.path.insert(0, os.path.dirname(__file__))
 import jitorch as jt  # noqa: E402
-from timing import median_time  # noqa: E402
+from timing import median_time, settle  # noqa: E402
 
 try:
     import numexpr
@@ -127,15 +126,11 @@ def copy_ceiling(quick):
     return 2 * src.nbytes / t
 
 
-# Seconds each system's timing waits first: torch's OpenMP workers spin about 4.4 ms after a call at 2 threads,
-# holding one of this machine's two cores, and each case's jitorch calls came right after the last case's torch
-# calls (a 16M sum at 2 threads 1 ms after a torch call took 2.20 ms, 30 ms after 1.42: benchmarks/row_reductions.py)
-SETTLE = 0.03
-
-
 def settled_time(fn, repeat):
-    """`median_time` of ``fn`` over ``repeat`` calls, begun `SETTLE` seconds after whatever ran before."""
-    time.sleep(SETTLE)
+    """`median_time` of ``fn`` over ``repeat`` calls, begun once the threads of whatever ran before went quiet
+    (`timing.settle`: torch's OpenMP workers spin for milliseconds after a call at 2 threads, holding one of this
+    machine's two cores, and each case's jitorch calls came right after the last case's torch calls)."""
+    settle()
     return median_time(fn, repeat)
 
 

@@ -58,7 +58,7 @@ from jitorch.autograd import engine  # noqa: E402
 from jitorch.codegen import cache, cpu, kernel, linker  # noqa: E402
 from jitorch.ir.passes import fusion, manager  # noqa: E402
 from jitorch.jit import executor, plan_cache, tracer  # noqa: E402
-from timing import median_time  # noqa: E402
+from timing import median_time, settle  # noqa: E402
 
 PROGRAMS = os.path.join(ROOT, "examples", "programs")
 SYSTEMS = ("jitorch compiled", "jitorch eager", "jitorch.compile(model)", "torch eager", "torch.compile(model)")
@@ -279,25 +279,21 @@ def warm(calls, warmup):
     return first_losses
 
 
-# Seconds between one system's turn and the next: torch's OpenMP threads spin-wait for milliseconds after its
-# last op, in this process, on the cores the next system's threads need, and their CPU time counts in its
-# process CPU (a jitorch compiled cnn step at 2 threads right after a torch eager step: 26.5 ms of process CPU,
-# 8.0 of them torch's threads, against 18.4 right after a jitorch step; torch's threads were idle 50 ms after).
-SETTLE_S = 0.05
-
-
 def round_robin(calls, rounds, per_round):
     """Median seconds per step of each callable system, the systems taking turns for ``rounds`` rounds:
     ({system: wall seconds}, {system: process CPU seconds}). On a machine shared with other work the CPU
-    time is the steadier of the two (it sums all threads, spinning ones included). Each turn starts
-    `SETTLE_S` after the last, every library's threads idle."""
+    time is the steadier of the two (it sums all threads, spinning ones included). Each turn starts once the
+    last one's threads went quiet (`timing.settle`): torch's OpenMP threads spin-wait for milliseconds after its
+    last op, on the cores the next system's threads need, and their CPU time counts in its process CPU (a
+    jitorch compiled cnn step at 2 threads right after a torch eager step: 26.5 ms of process CPU, 8.0 of them
+    torch's threads, against 18.4 right after a jitorch step)."""
     wall = {s: [] for s, c in calls.items() if callable(c)}
     cpu = {s: [] for s in wall}
     for system in wall:  # one untimed turn each: a thread count just set starts its pools
         calls[system]()
     for _ in range(rounds):
         for system in wall:
-            time.sleep(SETTLE_S)
+            settle()
             cpu0 = time.process_time()
             wall[system].append(median_time(calls[system], per_round, warmup=0))
             cpu[system].append((time.process_time() - cpu0) / per_round)

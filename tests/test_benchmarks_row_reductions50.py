@@ -18,7 +18,7 @@ def test_timed_calls_each_system_in_blocks_taking_turns_and_gives_two_medians(mo
     ``BLOCK`` timed calls after one untimed call, the block's first system alternating by round: 5 timed calls in
     blocks of 3 are a, aaa, b, bbb, then b, bb, a, aa."""
     bench = load_script(SCRIPT, "row_reductions_benchmark")
-    monkeypatch.setattr(bench, "SETTLE", 0.0)
+    monkeypatch.setattr(bench, "settle", lambda: 0.0)
     order = []
     times = bench.timed({"a": lambda: order.append("a"), "b": lambda: order.append("b")}, 5)
     assert bench.BLOCK == 3 and "".join(order) == "aaaabbbbbbbaaa"

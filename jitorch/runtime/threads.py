@@ -6,7 +6,8 @@ how many parts a large matrix product splits into (`ops.linalg`: eager and compi
 at once, each part a one-thread BLAS call). Both fork and join on a team of ``n - 1`` worker
 threads that wait in native code (`_Team`): spinning on a word for ``SPIN_US`` (less where a yield shows
 another thread waiting for the core, ``CROWD_US``; ``STEP_SPIN_US`` while a compiled call holds the team, `hold`),
-then asleep on a futex. A
+then asleep on a futex. On Linux the workers are kept off the forking thread's CPU while the machine is not
+crowded (`PIN_WORKERS`, `_Team.place`). A
 kernel's chunks go to the workers and come back without the GIL on either side (`run_chunks`), and so do a
 product's parts that are one gemm call each (`run_native_parts`, `runtime.blas_calls`); other parts come back
 to Python for NumPy's matmul (`run_parts`). On this project's 2-core machine a pool of ``concurrent.futures`` made a split
@@ -34,6 +35,7 @@ import os
 import platform
 import sys
 import threading
+import time
 from .forks import module_lock
 
 _settings = {"threads": None, "interop": None, "interop_fixed": False, "warn_always": False,
@@ -115,6 +117,25 @@ CROWD_US = 20
 # woken for the next fork. The call wakes the team as it begins, and releases the hold at its end, after which a
 # wait's spin is `SPIN_US` again. The crowded rule above still ends a spin at once.
 STEP_SPIN_US = 1000
+# Where the workers may run (Linux): on the CPUs the forking thread may use other than the one it runs on, set
+# when a fork or `hold` finds the forking thread on another CPU than the last one (`_Team.place`). A thread woken
+# by a futex is placed by the kernel, which puts it on the waker's CPU when it judges the other cores no better:
+# on this project's 2-vCPU machine (a kernel that packs wake-ups onto busy vCPUs) the woken worker waited there
+# while the forking thread ran its own part, then found its part taken back (64-86% of the parts of a 16M sum or
+# of 4096-wide rows with nothing else running, session 51), so two threads ran as one. Where the forking thread
+# may use one CPU (taskset, ``os.sched_setaffinity``), the workers keep their own masks: nothing is pinned.
+# "auto": only while the machine is not crowded (`UNCROWDED_LOAD`); True: always; False: never (the workers then
+# get their masks back at the next fork). JITORCH_PIN_WORKERS=0, 1 or auto sets it at import.
+PIN_WORKERS = {"0": False, "1": True}.get(os.environ.get("JITORCH_PIN_WORKERS", "auto"), "auto")
+# ... where the 1-minute load average is under the CPUs the forking thread may use plus this (read at most every
+# `LOAD_CHECK_S` seconds). On a crowded machine a worker kept off the forking thread's CPU queues for the other
+# one, and when it gets it, it spins there while the forking thread queues (2 threads at load 13-15, the other
+# sessions' work on both cores, placed against not, same process, turns: compiled cnn step 1.04-1.19x the wall
+# time in 7 of 8 runs (median 1.08), gpt-4x128 0.99-1.15x in 4; process CPU up to 1.15x), where left to the
+# kernel both threads share one core and the forking thread takes back the worker's parts as the other threads
+# leave it the core.
+UNCROWDED_LOAD = 1.0
+LOAD_CHECK_S = 1.0
 
 # The team's native code (Linux: it sleeps on futexes). A team's state is four int32 words: go (raised once
 # per fork), go's sleepers flag, done (raised once per part a worker finished), done's sleepers flag; each
@@ -639,6 +660,19 @@ def _program(name):
 os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
+@functools.cache
+def _getcpu_function():
+    """libc's ``sched_getcpu`` (called holding the GIL: it reads the CPU from memory the kernel keeps, without a
+    system call where the C library registered rseq, as glibc 2.35 on does)."""
+    libc = ctypes.CDLL(None)
+    return ctypes.PYFUNCTYPE(ctypes.c_int)(ctypes.cast(libc.sched_getcpu, ctypes.c_void_p).value)
+
+
+def _getcpu():
+    """The CPU the calling thread runs on now."""
+    return _getcpu_function()()
+
+
 def _i32(n):
     """``n`` as the int32 word holds it (the counts wrap)."""
     return (n + (1 << 31)) % (1 << 32) - (1 << 31)
@@ -658,8 +692,95 @@ class _Team:
         self.python = [None] * (n - 1)  # per worker: (fn, args) of its Python part, then its exception or None
         self.done = 0  # parts finished by the workers, as of the last join
         self.workers = n - 1
+        # `place`: the CPU the forking thread ran on when the workers were last pinned off it (None: they are not),
+        # the masks the workers had when they started and the ones they have now as far as jitorch knows, how
+        # many placements set masks, and why placement stopped (None: it goes on)
+        self.placed_on, self.placements, self.hands_off = None, 0, None
+        self.load_checked, self.loaded = -LOAD_CHECK_S, False  # (`_crowded`)
+        self.placing, self.pinned = threading.Lock(), False
+        self.tids = []
         for i in range(n - 1):
-            threading.Thread(target=self._loop, args=(i,), name=f"jitorch-{i + 1}", daemon=True).start()
+            worker = threading.Thread(target=self._loop, args=(i,), name=f"jitorch-{i + 1}", daemon=True)
+            worker.start()
+            self.tids.append(worker.native_id)  # (set before start returns)
+        self.started_masks = self._masks()
+        self.masks = list(self.started_masks)
+
+    def _masks(self):
+        """The workers' CPU masks now, where the system says (else None each)."""
+        if not hasattr(os, "sched_getaffinity"):
+            return [None] * len(self.tids)
+        masks = []
+        for tid in self.tids:
+            try:
+                masks.append(os.sched_getaffinity(tid))
+            except OSError:  # (a sandbox that refuses it: placement then never starts, see `place`)
+                masks.append(None)
+        return masks
+
+    def place(self):
+        """Keep the workers off the forking thread's CPU (`PIN_WORKERS`): when it runs on another CPU than the one
+        they were last pinned off, the workers may run on the CPUs the forking thread's mask allows but that one;
+        where it allows one CPU, or the machine is crowded (`UNCROWDED_LOAD`), the workers get back the masks they
+        started with. A worker between forks spins or sleeps, so moving it costs a system call per worker, and only
+        when the forking thread has moved (after a sleep, or the scheduler balancing the cores); the check at each
+        fork reads the CPU from memory (0.1 µs). Masks that someone else set (a worker's mask is not the one
+        jitorch gave it, or could not be read or set) end placement for good: the user's choice stands."""
+        if self.hands_off is not None:
+            return
+        if not PIN_WORKERS or (PIN_WORKERS == "auto" and self._crowded()):
+            self.placed_on = None
+            if self.pinned:
+                self._locked(self.started_masks)
+            return
+        cpu = _getcpu()
+        if cpu == self.placed_on:
+            return
+        allowed = os.sched_getaffinity(0)
+        others = allowed - {cpu}
+        if others and len(allowed) > 1:
+            if self._locked([others] * len(self.tids)):
+                self.placed_on = cpu
+            return
+        # (placed_on stays None: each fork reads the mask again, to pin once the forking thread may use more CPUs)
+        self.placed_on = None
+        if self.pinned:
+            self._locked(self.started_masks)
+
+    def _locked(self, masks):
+        """`_set_masks` unless another thread sets them now (`hold` places the workers outside the team's lock);
+        whether the workers have ``masks`` now."""
+        if not self.placing.acquire(blocking=False):
+            return False
+        try:
+            self._set_masks(masks)
+        finally:
+            self.placing.release()
+        return self.masks == masks
+
+    def _crowded(self):
+        """Whether the machine had more runnable threads than the forking thread has CPUs, plus `UNCROWDED_LOAD`,
+        as of the last look at the load average (at most `LOAD_CHECK_S` seconds ago)."""
+        now = time.monotonic()
+        if now - self.load_checked >= LOAD_CHECK_S:
+            self.load_checked = now
+            self.loaded = os.getloadavg()[0] >= len(os.sched_getaffinity(0)) + UNCROWDED_LOAD
+        return self.loaded
+
+    def _set_masks(self, masks):
+        """Give the workers ``masks``, unless their masks are no longer those jitorch last gave them."""
+        if self._masks() != self.masks or None in self.masks:
+            self.hands_off = "a worker's CPU mask was set outside jitorch, or cannot be read"
+            return
+        try:
+            for tid, mask in zip(self.tids, masks):
+                os.sched_setaffinity(tid, mask)
+        except OSError as e:
+            self.hands_off = f"setting a worker's CPU mask failed: {e}"
+            return
+        self.masks = list(masks)
+        self.pinned = self.masks != self.started_masks
+        self.placements += 1
 
     def _loop(self, i):
         native, state = self.native, ctypes.addressof(self.state)
@@ -685,6 +806,7 @@ class _Team:
         ``entry``, else Python parts ``(fn, args)``."""
         native, table = self.native, self.table
         helpers = len(parts) - 1
+        self.place()
         for i in range(self.workers):
             if i >= helpers:
                 table[4 * i] = -1
@@ -771,6 +893,7 @@ def hold(products_only=False):
     team = _team(n) if n > 1 and (not products_only or _settings["split_products"]) else None
     if team is None:
         return 0
+    team.place()  # (before the hold wakes the workers: a woken one is placed as it wakes)
     state = ctypes.addressof(team.state)
     team.native.hold(state, 1)
     counters["holds"] += 1

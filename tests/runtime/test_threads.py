@@ -140,6 +140,7 @@ def test_chunks_no_worker_claimed_are_taken_back_by_the_forking_thread(monkeypat
     team = threads._Team.__new__(threads._Team)  # (no worker thread started)
     team.native, team.busy, team.workers, team.done = native, threading.Lock(), 1, 0
     team.state, team.table, team.python = (threads.ctypes.c_int32 * 4)(), (threads.ctypes.c_int64 * 4)(), [None]
+    team.hands_off = "no worker thread to place"
     monkeypatch.setattr(threads, "_team", lambda n: team)
     monkeypatch.setattr(ufunc_parts, "BACKOFF", 0)
     monkeypatch.setitem(ufunc_parts._backoff, "calls", 0)
@@ -159,6 +160,7 @@ def test_python_parts_no_worker_claimed_are_taken_back_by_the_forking_thread(mon
     team = threads._Team.__new__(threads._Team)  # (no worker thread started)
     team.native, team.busy, team.workers, team.done = native, threading.Lock(), 1, 0
     team.state, team.table, team.python = (threads.ctypes.c_int32 * 4)(), (threads.ctypes.c_int64 * 4)(), [None]
+    team.hands_off = "no worker thread to place"
     monkeypatch.setattr(threads, "_team", lambda n: team)
     ran = []
     taken, forks = threads.counters["taken back"], threads.counters["forks"]
