@@ -6,7 +6,7 @@ then writes its pid there (``rankR.pid``) and waits to be stopped: the launcher'
   rounding matters (random magnitudes, subnormals, infinities, NaN, -0.0, overflow), 0-d, 1-d and 2-d, sync and
   async; a disagreement on the scalar raises on every rank, its tensor unwritten.
 - A compiled DDP step with a bucket per parameter: one graph whose all-reduces sit where each bucket's gradient
-  is ready, between backward's products (not after them), with eager DDP's gradients.
+  is ready, between backward's work for the other layers (not after it), with eager DDP's gradients.
 - DDP's default buckets: 25 MiB after a first of 1 MiB, as torch's.
 """
 
@@ -114,10 +114,13 @@ for _ in range(3):
 lines = [line.strip() for line in str(jt.explain(compiled_step, x, y)).splitlines()
          if line.strip().startswith(("eager:", "kernel "))]
 reduces = [i for i, line in enumerate(lines) if line == "eager: _c10d_all_reduce (external)"]
-products = [i for i, line in enumerate(lines) if line == "eager: matmul (external)"]
 assert len(reduces) == 6, lines
-# backward's products for the first two layers' gradients (3) come after the last layer's buckets' all-reduces
-assert sum(i > reduces[0] for i in products) >= 3 and sum(i > reduces[1] for i in products) >= 3, lines
+# backward's work for the earlier layers' gradients (their products, however they run: kernels or BLAS) lies
+# between the first bucket's all-reduce and the last's, not before all of them; views and the buckets' copies
+# (cat) do not count
+work = [i for i, line in enumerate(lines) if reduces[0] < i < reduces[-1] and "_c10d_all_reduce" not in line
+        and not line.endswith("(view)") and line != "eager: cat (external)"]
+assert len(work) >= 3, lines
 check.passed += 1
 
 # DDP's default cap: 25 MiB after the first bucket's 1 MiB (two 16 MiB weights and a bias: [1, 2, 1]
