@@ -285,8 +285,9 @@ def worker(args):
     jt.set_num_threads(1)
     torch.set_num_threads(1)
     dist.init_process_group()
-    sizes = [4, 1 << 16, 1 << 20] if args.quick else [4, 256, 4096, 1 << 16, 1 << 18, 1 << 20, 1 << 22, 16 << 20,
-                                                     64 << 20]
+    # 8 and 16 KB: the smallest all-reduces that take two messages (the agreement, then MPI's all-reduce)
+    sizes = [4, 1 << 16, 1 << 20] if args.quick else [4, 256, 4096, 8192, 16384, 1 << 16, 1 << 18, 1 << 20, 1 << 22,
+                                                     16 << 20, 64 << 20]
     repeat = args.allreduce or (2 if args.quick else 30)
     ddp = (32 if args.quick else 1024, 16 if args.quick else 128, 2 if args.quick else 20)
     overlap = (32 if args.quick else 1024, 8, 16 if args.quick else 64, 0.002 if args.quick else 4,
