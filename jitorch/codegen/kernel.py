@@ -1596,6 +1596,13 @@ def _flat_length(group, values, layouts):
     return None
 
 
+def _memo_key(target, description):
+    """`_built`'s key of a group's signature for ``target``: with the CPU's, the selected machine (`selected`,
+    which ``JITORCH_CPU`` may change within a process), whose vector widths a kernel's IR asks for
+    (`CpuTarget.module_text`): the memo gave sources built for one machine to a process compiling for another."""
+    return (id(target), selected().id() if target in (None, CPU) else None, description)
+
+
 def build_shared(group, name, target=None, aliases=None, layouts=None):
     """`build`, or the source it made for an equal group earlier in this process (another layer's, the
     last trace's), renamed: building a kernel's LLVM IR costs milliseconds of Python, and a model's
@@ -1603,7 +1610,7 @@ def build_shared(group, name, target=None, aliases=None, layouts=None):
     description, values, length = _signature(group, aliases, layouts, flat=target in (None, CPU))
     if description is None:
         return build(group, name, target, aliases, layouts)
-    key = (id(target), description)
+    key = _memo_key(target, description)
     with _built_lock:
         hit = _built.get(key)
         if hit is not None:
@@ -1756,11 +1763,12 @@ def build_many(requests, cache=None):
     if not isinstance(cache, KernelCache):  # (an export's artifacts count every get as a kernel of theirs)
         cache = None
     signed = [_signature(group, aliases, layouts) for group, _, aliases, layouts in requests]
-    known = any((id(None), d) in _built for d, _, _ in signed if d is not None)
+    known = any(_memo_key(None, d) in _built for d, _, _ in signed if d is not None)
     # (one group's IR is quick to build: a graph of one kernel keeps the single entry of its object code)
     if cache is None or known or len(signed) < 2 or any(d is None for d, _, _ in signed):
         return [built_or_refused(request) for request in requests]
-    text = repr([CPU.triple] + [d for d, _, _ in signed])
+    # (the machine's triple, CPU and features: the IR asks for its vector widths)
+    text = repr([selected().id()] + [d for d, _, _ in signed])
     key = cache_key("kernel sources", generator_fingerprint(), text)
     stored = cache.get(key, text)
     if stored is not None:

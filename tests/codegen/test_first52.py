@@ -7,11 +7,14 @@ to emit, most of the net's cold first call.
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
 import jitorch as jt
 from jitorch.codegen import cpu, kernel
+from jitorch.codegen.cache import KernelCache
 from jitorch.ir.passes import fusion, optimize
 from jitorch.jit import trace
 from jitorch.jit.executor import copy_then_views
@@ -61,3 +64,39 @@ def test_short_inner_loops_are_left_to_llvm():
 def test_the_compiled_window_copy_equals_eager(fn):
     args = (jt.randn(8, 26, 26, 64), jt.randn(9, 4))[:fn.__code__.co_argcount]
     np.testing.assert_array_equal(jt.compile(fn)(*args).numpy(), fn(*args).numpy())
+
+
+def erf_layers(x, w):
+    """Pointwise kernels of `mathlib` functions, whose IR asks for the machine's vector width, between products."""
+    for _ in range(3):
+        x = jt.erf(x @ w * 0.7 + 0.1)
+    return x
+
+
+def requests_of(fn, *args):
+    groups = [g for g in fusion.fuse(optimize(trace(fn, *args))) if g.kind == "pointwise"]
+    return [(g, f"jitorch_k{i}_pointwise", None, None) for i, g in enumerate(groups)]
+
+
+def widths(sources):
+    return [re.findall(r'"llvm.loop.vectorize.width", i32 (\d+)', s.llvm_ir) for s in sources if s is not None]
+
+
+def built_on(machine, monkeypatch, fn, *args, cache=None):
+    """The vector widths of ``fn``'s kernel sources as `build_many` gives them with ``JITORCH_CPU=machine``."""
+    monkeypatch.setenv("JITORCH_CPU", machine)
+    return widths(kernel.build_many(requests_of(fn, *args), cache))
+
+
+def test_kernel_sources_built_for_one_cpu_are_not_given_to_another(tmp_path, monkeypatch):
+    """The process's memo of built sources and the kernel-sources entry were keyed by the triple only: a process
+    compiling for x86-64-v2 was handed the IR built for another machine's vector widths (and so its code)."""
+    x = (jt.randn(64, 256), jt.randn(256, 256))
+    monkeypatch.setattr(kernel, "_built", type(kernel._built)())
+    v2 = built_on("x86-64-v2", monkeypatch, erf_layers, *x)
+    assert v2 and all(w == ["4"] for w in v2)  # (4 floats a vector with SSE)
+    assert all(w == ["8"] for w in built_on("x86-64-v3", monkeypatch, erf_layers, *x))  # (the memo holds v2's)
+    monkeypatch.setattr(kernel, "_built", type(kernel._built)())
+    built_on("x86-64-v3", monkeypatch, erf_layers, *x, cache=KernelCache(tmp_path))  # (an x86-64-v3 entry)
+    monkeypatch.setattr(kernel, "_built", type(kernel._built)())
+    assert built_on("x86-64-v2", monkeypatch, erf_layers, *x, cache=KernelCache(tmp_path)) == v2
