@@ -646,8 +646,27 @@ def build_pointwise(group, name, target=None, aliases=None, layouts=None):
                      kernel.args[0], kernel.args[1])
     else:
         bld.target.map_loops(bld, b, sizes, body, kernel.args[0], kernel.args[1])
+        _keep_rolled(bld, b, sizes)
     return bld.finish(b, kernel, KernelSource(name, "pointwise", [n.op.name for n in group.nodes], bld.roots,
                                               outputs, bld.target.outer(sizes), prod(space)))
+
+
+# The innermost loop of a nest (a pointwise or copy kernel over a fixed shape) of this many elements or more,
+# inside another loop of a fixed count, is vectorised but not unrolled: LLVM unrolled the MNIST net's window copy
+# (loops of 3, 3, 24 and 1,536 floats below the chunk's loop) whole below its two outer loops, into one block of
+# 2,304 vector loads and stores (9,249 instructions), which x86's code generator took 3.5-5.7 s to emit, most of
+# the net's cold first call; rolled, 0.03 s. Emitting grew faster than the block: inner loops of 384, 768 and
+# 1,536 floats took 0.58, 1.6 and 4.3 s unrolled. (A nest of two loops, the chunk's and one inside, unrolls the
+# inner one alone, which is quick to emit: left to LLVM.)
+ROLLED_MIN = 256
+
+
+def _keep_rolled(bld, b, sizes):
+    """Mark the innermost loop that `map_loops` just made not to be unrolled where it runs over `ROLLED_MIN`
+    elements or more inside another loop of a fixed count (the first loop's bounds are the chunk's); a kernel
+    evaluating `mathlib` functions gets the width's metadata in its place (`CpuTarget.module_text`)."""
+    if bld.target is CPU and len(sizes) > 2 and sizes[-1] >= ROLLED_MIN and bld.maps:
+        bld.maps[-1][0].set_metadata("llvm.loop", _loop_metadata(b.module, ("llvm.loop.unroll.disable",)))
 
 
 def build_copy(group, name, target=None, aliases=None, layouts=None):
@@ -701,6 +720,7 @@ def build_copy(group, name, target=None, aliases=None, layouts=None):
                      kernel.args[0], kernel.args[1])
     else:
         bld.target.map_loops(bld, b, sizes, body, kernel.args[0], kernel.args[1])
+        _keep_rolled(bld, b, sizes)
     return bld.finish(b, kernel, KernelSource(name, "pointwise", [n.op.name for n in group.nodes], [root], [out],
                                               bld.target.outer(sizes), prod(space)))
 
@@ -1576,6 +1596,13 @@ def _flat_length(group, values, layouts):
     return None
 
 
+def _memo_key(target, description):
+    """`_built`'s key of a group's signature for ``target``: with the CPU's, the selected machine (`selected`,
+    which ``JITORCH_CPU`` may change within a process), whose vector widths a kernel's IR asks for
+    (`CpuTarget.module_text`): the memo gave sources built for one machine to a process compiling for another."""
+    return (id(target), selected().id() if target in (None, CPU) else None, description)
+
+
 def build_shared(group, name, target=None, aliases=None, layouts=None):
     """`build`, or the source it made for an equal group earlier in this process (another layer's, the
     last trace's), renamed: building a kernel's LLVM IR costs milliseconds of Python, and a model's
@@ -1583,7 +1610,7 @@ def build_shared(group, name, target=None, aliases=None, layouts=None):
     description, values, length = _signature(group, aliases, layouts, flat=target in (None, CPU))
     if description is None:
         return build(group, name, target, aliases, layouts)
-    key = (id(target), description)
+    key = _memo_key(target, description)
     with _built_lock:
         hit = _built.get(key)
         if hit is not None:
@@ -1736,11 +1763,12 @@ def build_many(requests, cache=None):
     if not isinstance(cache, KernelCache):  # (an export's artifacts count every get as a kernel of theirs)
         cache = None
     signed = [_signature(group, aliases, layouts) for group, _, aliases, layouts in requests]
-    known = any((id(None), d) in _built for d, _, _ in signed if d is not None)
+    known = any(_memo_key(None, d) in _built for d, _, _ in signed if d is not None)
     # (one group's IR is quick to build: a graph of one kernel keeps the single entry of its object code)
     if cache is None or known or len(signed) < 2 or any(d is None for d, _, _ in signed):
         return [built_or_refused(request) for request in requests]
-    text = repr([CPU.triple] + [d for d, _, _ in signed])
+    # (the machine's triple, CPU and features: the IR asks for its vector widths)
+    text = repr([selected().id()] + [d for d, _, _ in signed])
     key = cache_key("kernel sources", generator_fingerprint(), text)
     stored = cache.get(key, text)
     if stored is not None:

@@ -4,7 +4,8 @@ search for merges.
 Fusion was the largest part of compiling a warm-cache graph (a GPT training step's 2,000 nodes make
 5,000 merge attempts for 1,500 merges). Its plan, the partition it found (`fusion.fuse_with_plan`), is
 stored in the kernel cache's folder under a key of the optimised graph's canonical text, the device's
-target (the CPU's triple, name and features), `MAX_GROUP_NODES`, this format's number, the code generator's
+target (the CPU's triple, name and features), `MAX_GROUP_NODES` and fusion's and the lse pass's switches as set
+when the key is made (`PLAN_SWITCHES`), this format's number, the code generator's
 sources (`kernel.generator_fingerprint`: fusion's rules and the lowerings' kinds) and, through
 `cache_key`, the versions of jitorch and llvmlite. The graph's text holds every node's op, arguments
 (attributes and constants included), dtype, shape and device, the graph's outputs and the values written
@@ -44,8 +45,8 @@ import json
 
 from ..codegen.cache import KernelCache, cache_key
 from ..codegen.kernel import generator_fingerprint
-from ..ir.passes import lse, optimize, recompute
-from ..ir.passes.fusion import MAX_GROUP_NODES, fuse, fuse_with_plan, merge_repeats
+from ..ir.passes import fold, fusion, lse, optimize, recompute, simplify
+from ..ir.passes.fusion import fuse, fuse_with_plan, merge_repeats
 from ..ir.printer import print_graph
 from ..runtime import logs
 from ..runtime.forks import module_lock
@@ -84,6 +85,22 @@ def info() -> dict:
         return dict(_counts)
 
 
+# The module switches that change fusion's plan (and the lse pass's rewrites, which the plan's node numbers
+# follow), read when a key is made: a process that sets them (benchmarks/multiout.py compares the steps fused
+# with and without) must not be handed the plan fused under others. UNTIED_PRODUCTS and PRODUCT_MIN_WORK plans
+# pass fusion's rules for a kernel either way, and were taken.
+PLAN_SWITCHES = ((fusion, ("SHARED_REDUCTIONS", "DEPENDENT_ROW_REDUCTIONS", "REDUCTION_SIBLINGS", "ROW_EPILOGUE_MAX",
+                           "PRODUCT_MIN_WORK", "UNTIED_PRODUCTS", "UNTIED_REDUCTIONS")), (lse, ("MAX_CONE",)))
+# The passes' switches, which decide whether a second round rewrites what the first left (`optimize_cached`).
+PASS_SWITCHES = ((simplify, ("BROADCAST_READS", "MAX_INTEGER_POWER")), (fold, ("MAX_NUMEL",)))
+
+
+def _switches(switches):
+    """The text of ``switches``' current values: ``module.NAME value``, one a line."""
+    return "\n".join(f"{module.__name__.rsplit('.', 1)[-1]}.{name} {getattr(module, name)!r}"
+                     for module, names in switches for name in names)
+
+
 def _graph_text(graph, target_id, printed=None):
     """What a plan is keyed by: the graph's canonical text (values named by definition order, as
     `print_graph` names them; ``printed``: that text, where the caller has it) and the strides of the
@@ -94,17 +111,18 @@ def _graph_text(graph, target_id, printed=None):
     # edit of them, which does not change jitorch's version, would otherwise adopt the plans of the code before)
     # (and the recompute pass's bounds, read now: a process that sets them, as `benchmarks/kernel_audit.py`
     # does to build a step without the pass, must not be handed the copies made under others)
-    return "\n".join([f"jitorch fusion plan {FORMAT}", f"max group nodes {MAX_GROUP_NODES}", f"target {target_id}",
+    return "\n".join([f"jitorch fusion plan {FORMAT}", f"max group nodes {fusion.MAX_GROUP_NODES}", f"target {target_id}",
                       f"recompute max cone {recompute.MAX_CONE} small leaf {recompute.SMALL_LEAF} "
                       f"reductions {recompute.REDUCTIONS} leaf bytes {recompute.REDUCTION_LEAF_BYTES} "
                       f"barriers {recompute.BARRIERS}",
-                      f"generator {generator_fingerprint()}",
+                      _switches(PLAN_SWITCHES), f"generator {generator_fingerprint()}",
                       printed if printed is not None else print_graph(graph, canonical=True), f"layouts {layouts}"])
 
 
 def _fixed_point_text(printed):
     # (with the generator's sources, which hold the passes': another build's entry would skip this one's rewrites)
-    return f"jitorch passes fixed point {FORMAT}\ngenerator {generator_fingerprint()}\n{printed}"
+    return "\n".join([f"jitorch passes fixed point {FORMAT}", _switches(PASS_SWITCHES),
+                      f"generator {generator_fingerprint()}", printed])
 
 
 def optimize_cached(graph, store=None):

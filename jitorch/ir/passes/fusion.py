@@ -506,25 +506,29 @@ def tied(p, q):
 
 def tie_links(nodes, users, kind):
     """({node: the tie points (`tie_points`) its value reaches through pointwise nodes and views}, {node: the tie
-    points whose results reach it so}, {tie point: the tie points it reaches at all}), nodes without any left
-    out. ``nodes`` in dataflow order; ``users``: value -> the nodes reading it; ``kind``: node -> its kind
-    (`lowerable.kind_of`). A kernel holding a node that reaches one point and a node that another reaches makes
-    the one depend on the other (`_Partition.ties`)."""
+    points whose results reach it so}, a `Reach` of the tie points: whether one reaches another at all), nodes
+    without any left out of the dicts. ``nodes`` in dataflow order; ``users``: value -> the nodes reading it;
+    ``kind``: node -> its kind (`lowerable.kind_of`). A kernel holding a node that reaches one point and a node
+    that another reaches makes the one depend on the other (`_Partition.ties`)."""
     points = tie_points(nodes, kind)
     if not points:
-        return {}, {}, {}
+        return {}, {}, Reach({}, {})
     through = ("pointwise", "view")
+    # (what each node reaches is a bit set over the points, an int: as sets, each node's copy of all the points
+    # below it made this quadratic: 1.1 s a call on generate()'s unrolled graph of 64 decode steps, 0.12-0.4 now)
+    bit = {p: 1 << i for i, p in enumerate(points)}  # (any numbering: only the bits' sets are compared)
     feeds, fed_by, below = {}, {}, {}
     for n in reversed(nodes):
-        found, reached = set(), set()
+        found, reached = set(), 0
         for v in n.outputs:
             for u in users.get(v, ()):
-                if u in points:
+                b = bit.get(u)
+                if b is not None:
                     found.add(u)
-                    reached.add(u)
+                    reached |= b
                 elif u in feeds and kind(u) in through:
                     found |= feeds[u]
-                reached |= below.get(u, _NONE)
+                reached |= below.get(u, 0)
         if found:
             feeds[n] = found
         if reached:
@@ -539,7 +543,20 @@ def tie_links(nodes, users, kind):
                 found |= fed_by[m]
         if found:
             fed_by[n] = found
-    return feeds, fed_by, {p: below.get(p, set()) for p in points}
+    return feeds, fed_by, Reach(bit, {p: below.get(p, 0) for p in points})
+
+
+class Reach:
+    """Which tie points reach which (`tie_links`): ``reach(p, q)``, whether a path of the graph leads from point
+    ``p``'s results to point ``q``."""
+
+    __slots__ = ("bit", "below")
+
+    def __init__(self, bit, below):
+        self.bit, self.below = bit, below  # point -> its bit; point -> the bits of the points it reaches
+
+    def __call__(self, p, q):
+        return bool(self.below[p] & self.bit[q])
 
 
 @dataclass
@@ -638,8 +655,8 @@ class _Partition:
         self.sinks = set(graph.output_values()) | {v for _, v in graph.mutations}
         self.folded = {}   # the index-maths nodes asked of `folds` (in graph order) -> its answer
         # (a plan adopted was searched with them)
-        self.feeds, self.fed_by, self.below = tie_links(graph.nodes, self.users, self.kind.__getitem__) \
-            if searching else ({}, {}, {})
+        self.feeds, self.fed_by, self.reach = tie_links(graph.nodes, self.users, self.kind.__getitem__) \
+            if searching else ({}, {}, Reach({}, {}))
         if not searching:  # the clusters and their graph are `adopt`'s
             return
         self.owner = {n: self.single_cluster(n) for n in graph.nodes}
@@ -690,7 +707,7 @@ class _Partition:
                 continue
             for p1 in y.fed_by - x.fed_by:
                 for p2 in x.feeds - y.feeds:
-                    if p1 is p2 or p2 in self.below[p1] or p1 in self.below[p2] or not tied(p1, p2):
+                    if p1 is p2 or self.reach(p1, p2) or self.reach(p2, p1) or not tied(p1, p2):
                         continue
                     c1, c2 = self.owner[p1], self.owner[p2]
                     if c1 in (a, b) and c2 in (a, b):  # (both in the merged cluster: a shared loop)
@@ -1090,5 +1107,5 @@ class _Partition:
         return [self.group(c) for c in order]
 
 
-__all__ = ["Group", "dependent_reductions", "fuse", "fuse_with_plan", "merge_repeats", "product_work",
+__all__ = ["Group", "Reach", "dependent_reductions", "fuse", "fuse_with_plan", "merge_repeats", "product_work",
            "reduced_dims", "reduction_sides", "row_reduction", "same_reduction", "tie_links", "tie_points", "tied"]
