@@ -90,9 +90,9 @@ def pytest_collection(session):
     worker, and the other reads the cache its collection finds (pytest checks it against the source). Inside
     the collection hook, so that warnings of the imports are reported as collection's are."""
     count = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
-    if count > 1:
-        worker = int(os.environ["PYTEST_XDIST_WORKER"].removeprefix("gw"))
-        for name in _test_modules(session.config)[worker::count]:
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "").removeprefix("gw")
+    if count > 1 and worker.isdigit():  # (``-n N``'s workers are gw0...; a --tx spec may name its own)
+        for name in _test_modules(session.config)[int(worker)::count]:
             try:
                 importlib.import_module(name)
             except (Exception, pytest.skip.Exception):
