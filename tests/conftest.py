@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import atexit
+import fnmatch
 import gc
+import importlib
 import os
 import shutil
 import sys
 import tempfile
+from pathlib import Path
 
 # pytest -n 2 runs a worker per core: BLAS threads of their own would oversubscribe the cores, and
 # OpenBLAS's spinning threads then make a small matmul a hundred times slower. Set before NumPy loads.
@@ -54,3 +57,45 @@ def pytest_collection_finish(session):
     collections (tests call gc.collect() to see a buffer or a kernel freed) then no longer walk them."""
     gc.collect()
     gc.freeze()
+
+
+def _test_modules(config):
+    """The dotted names of the test modules the session's arguments name, in a fixed order (those in packages:
+    the suite's are, as pytest then imports them under these names)."""
+    patterns = config.getini("python_files")
+    files = set()
+    for arg in config.args:
+        path = Path(arg.split("::")[0])
+        found = path.rglob("*.py") if path.is_dir() else [path]
+        files.update(f.resolve() for f in found if any(fnmatch.fnmatch(f.name, p) for p in patterns))
+    names = []
+    for f in sorted(files):
+        package = f.parent
+        parts = [f.stem]
+        while (package / "__init__.py").is_file():
+            parts.append(package.name)
+            package = package.parent
+        if len(parts) > 1:
+            names.append(".".join(reversed(parts)))
+    return names
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_collection(session):
+    """In each of n xdist workers, first import every n-th test module (this worker's share) before collecting.
+
+    Every worker collects the whole suite, and importing a test module for the first time has pytest rewrite
+    its asserts, which it then caches beside the module: in a fresh clone that was 16 of a worker's 25 s of
+    collection CPU, done by both workers for every module. Imported in turn, each module is rewritten by one
+    worker, and the other reads the cache its collection finds (pytest checks it against the source). Inside
+    the collection hook, so that warnings of the imports are reported as collection's are."""
+    count = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "").removeprefix("gw")
+    if count > 1 and worker.isdigit():  # (``-n N``'s workers are gw0...; a --tx spec may name its own)
+        for name in _test_modules(session.config)[int(worker)::count]:
+            try:
+                importlib.import_module(name)
+            except (Exception, pytest.skip.Exception):
+                # the collection imports the module again and reports its error or skip as it does any module's
+                continue
+    return (yield)

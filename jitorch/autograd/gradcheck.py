@@ -80,6 +80,12 @@ def _analytical(fn, inputs, diff):
 def gradcheck(func, inputs, *, eps=1e-6, atol=1e-5, rtol=1e-3, raise_exception=True, **ignored):
     """Check ``func``'s gradients at ``inputs`` (a tensor or tuple) against finite differences."""
     inputs = tuple(inputs) if isinstance(inputs, (tuple, list)) else (inputs,)
+    return _check(func, func, inputs, eps, atol, rtol, raise_exception)
+
+
+def _check(func, numerical_func, inputs, eps, atol, rtol, raise_exception):
+    """gradcheck of ``func``, whose finite differences are taken of ``numerical_func``: the same values as
+    ``func``'s, computed without the graph the backward pass needs."""
     diff = [i for i, x in enumerate(inputs) if isinstance(x, registry.Tensor) and x.requires_grad]
     analytical = _analytical(func, inputs, diff) if diff else {}
     for i in diff:
@@ -87,8 +93,8 @@ def gradcheck(func, inputs, *, eps=1e-6, atol=1e-5, rtol=1e-3, raise_exception=T
             import warnings
             warnings.warn("Input #%d requires gradient and is not a double precision floating point. "
                           "This check will likely fail if all the inputs are not of double precision floating "
-                          "point." % i, UserWarning, stacklevel=2)
-        numerical = _numerical(func, inputs, i, eps)
+                          "point." % i, UserWarning, stacklevel=3)
+        numerical = _numerical(numerical_func, inputs, i, eps)
         for j, (a, n) in enumerate(zip(analytical[i], numerical)):
             if a.shape != n.shape or not np.allclose(a, n, rtol=rtol, atol=atol, equal_nan=True):
                 if not raise_exception:
@@ -110,14 +116,16 @@ def gradgradcheck(func, inputs, grad_outputs=None, *, eps=1e-6, atol=1e-5, rtol=
                         for o in outs]
     grad_outputs = [g.detach().requires_grad_() for g in grad_outputs]
 
-    def vjp(*args):
+    def vjp(*args, create_graph=True):
         xs, gs = args[:len(inputs)], args[len(inputs):]
-        with enable_grad():  # the numerical side calls vjp under no_grad; it needs its graph anyway
+        with enable_grad():  # the numerical side calls vjp under no_grad; it needs func's graph anyway
             # outputs cut from the graph (no input they depend on requires grad) take no part, as in torch
             pairs = [(r, g.to(r.dtype)) for r, g in zip(_outputs(func, xs), gs) if r.requires_grad]
             grads = grad([r for r, _ in pairs], [xs[i] for i in diff], grad_outputs=[g for _, g in pairs],
-                         create_graph=True, allow_unused=True)
+                         create_graph=create_graph, allow_unused=True)
         return tuple(g for g in grads if g is not None)
 
-    return gradcheck(vjp, inputs + tuple(grad_outputs), eps=eps, atol=atol, rtol=rtol,
-                     raise_exception=raise_exception)
+    # The finite differences need only the gradients' values: recording the backward pass's own graph for each
+    # of their two calls per input element was a sixth of the CPU of six registry ops' gradgradchecks (4.9 -> 4.0 s).
+    return _check(vjp, lambda *args: vjp(*args, create_graph=False), inputs + tuple(grad_outputs), eps, atol,
+                  rtol, raise_exception)
