@@ -11,10 +11,11 @@ MKL's fixed parts) it runs as before.
 
 Some operands are new memory each call (an eager step's result, such as the fused attention's output, or a weight
 gradient that leaves the call), whose address the allocator may or may not give again: in the compiled gpt-4x128
-step 6 of 51 products met new addresses each call, each deriving its words again (`gemm_calls`, about 100 µs). The
-words are also kept per layout (`_layout_key`): the same shapes, strides, dtypes, alignments and parts, the same
-answer to whether a and b start at one address (syrk), and the result's bytes apart from both operands' (NumPy
-copies an overlapping result first). Those are all that `gemm_calls` decides from beyond the layouts, so operands
+step's first calls up to 6 of 51 products a call met new addresses (the allocator settles after some steps), each
+deriving its words again (`gemm_calls`, about 100 µs), as does every call where other allocations come between
+steps. The words are also kept per layout (`_layout_key`): the same shapes, strides, dtypes, alignments and parts,
+the same answer to whether a and b start at one address (syrk), and the result's bytes apart from both operands'
+(NumPy copies an overlapping result first). Those are all that `gemm_calls` decides from beyond the layouts, so operands
 of a kept layout at other addresses make the kept calls with their pointers moved (`blas_calls.moved_words`).
 
 `whole_words` keeps alike the one call of a product that `interop` runs whole beside another (two threads), whose

@@ -16,7 +16,8 @@ def derivations(monkeypatch):
     monkeypatch.setattr(gemm_words, "_WORDS", {})
     monkeypatch.setattr(gemm_words, "_LAYOUTS", {})
     made = []
-    monkeypatch.setattr(gemm_words, "gemm_calls", lambda a, b, out: made.append(a.shape) or linalg.gemm_calls(a, b, out))
+    monkeypatch.setattr(gemm_words, "gemm_calls",
+                        lambda a, b, out: made.append(a.shape) or linalg.gemm_calls(a, b, out))
     return made
 
 
