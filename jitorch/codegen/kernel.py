@@ -10,9 +10,10 @@ steps through contiguously are merged, so the common case is one flat loop.
 
 A pointwise kernel loops over its output's shape. A reduction kernel loops
 over the kept dims outside and the reduced dims inside, accumulating the
-pointwise prologue (writing the input side's outputs: `fusion.reduction_sides`),
-then computes its epilogue at the kept index and its row epilogue in a second
-pass over the reduced dims. Several reductions over one space (`reductions_of`)
+pointwise prologue, then computes its epilogue at the kept index and its row
+epilogue in a second pass over the reduced dims, which also writes the input
+side's outputs (`fusion.reduction_sides`), so that each reduction's loop is the
+one it has without them (a chunk's loop, below, writes them as it reduces). Several reductions over one space (`reductions_of`)
 share the kernel: each row is reduced by each in turn, the loop each has alone,
 and where the input's innermost dim is kept one loop folds every element into
 each reduction's accumulators. Where the
