@@ -1,7 +1,7 @@
 """Roofline audit of a compiled training step's generated kernels (benchmarks/models.py's models).
 
     python benchmarks/kernel_audit.py [--models gpt-4x128,lstm,dcgan] [--top 10] [--steps 10] [--recompute]
-                                      [--reductions]
+                                      [--reductions] [--written-leaves]
 
 Each model's whole compiled step is warmed up, then run under `jitorch.profiler.profile` with spans timed in the
 calling thread's CPU time (1 thread). Each generated kernel's time per call (its spans, summed by kernel name) is
@@ -14,7 +14,9 @@ shapes (inputs -> outputs) and kind.
 
 ``--recompute`` also times the whole step built with the recompute pass (`jitorch.ir.passes.recompute`)
 against the same step built without it (``MAX_CONE`` 0), in this process, interleaved; ``--reductions`` the
-step with the pass's copies into reductions' prologues against without them (``REDUCTIONS`` False).
+step with the pass's copies into reductions' prologues against without them (``REDUCTIONS`` False);
+``--written-leaves`` the step whose cones take the values written for readers across products as leaves against
+without (``WRITTEN_LEAVES`` False).
 """
 
 from __future__ import annotations
@@ -104,7 +106,7 @@ def recompute_ratio(name, steps=5, reps=11, threads=1, quick=False, setting=("MA
     """Median over ``reps`` interleaved turns (each system first in every other turn) of the step's CPU time
     with the recompute pass over without it (``setting``: the pass's module attribute and the value that turns
     it, or a part of it, off: `recompute.MAX_CONE` 0, the whole pass; `recompute.REDUCTIONS` False, its copies
-    into reductions), both compiled in this process: thread CPU time at one thread, process CPU time at more."""
+    into reductions; `recompute.WRITTEN_LEAVES` False, its written leaves), both compiled in this process: thread CPU time at one thread, process CPU time at more."""
     from jitorch.ir.passes import recompute
     jitorch.set_num_threads(threads)
     attribute, off = setting
@@ -130,10 +132,13 @@ def main(argv=None):
                    help="also the step with the recompute pass against without, interleaved, at 1 and 2 threads")
     p.add_argument("--reductions", action="store_true",
                    help="also the step with the recompute pass's copies into reductions against without them")
+    p.add_argument("--written-leaves", action="store_true",
+                   help="also the step with the recompute pass's written leaves against without them")
     args = p.parse_args(argv)
     for name in args.models.split(","):
         for flag, what, setting in ((args.recompute, "recompute", ("MAX_CONE", 0)),
-                                    (args.reductions, "copies into reductions", ("REDUCTIONS", False))):
+                                    (args.reductions, "copies into reductions", ("REDUCTIONS", False)),
+                                    (args.written_leaves, "written leaves", ("WRITTEN_LEAVES", False))):
             if not flag:
                 continue
             for threads in (1, 2):

@@ -10,9 +10,10 @@ steps through contiguously are merged, so the common case is one flat loop.
 
 A pointwise kernel loops over its output's shape. A reduction kernel loops
 over the kept dims outside and the reduced dims inside, accumulating the
-pointwise prologue (writing the input side's outputs: `fusion.reduction_sides`),
-then computes its epilogue at the kept index and its row epilogue in a second
-pass over the reduced dims. Several reductions over one space (`reductions_of`)
+pointwise prologue, then computes its epilogue at the kept index and its row
+epilogue in a second pass over the reduced dims, which also writes the input
+side's outputs (`fusion.reduction_sides`), so that each reduction's loop is the
+one it has without them (a chunk's loop, below, writes them as it reduces). Several reductions over one space (`reductions_of`)
 share the kernel: each row is reduced by each in turn, the loop each has alone,
 and where the input's innermost dim is kept one loop folds every element into
 each reduction's accumulators. Where the
@@ -974,18 +975,14 @@ def build_reduction(group, name, target=None, aliases=None, layouts=None):
         dtype; ``known`` as `reduce_item`'s."""
         return e.cast(bld.evaluate(e, a.x, dict(known or {}), loader(b, kidx, [j])), a.compute)
 
-    # Where the reduced dims are inside (each kept index's row reduced in turn), the siblings' outputs (values of
-    # the input side that the reductions do not read) are written in the row's second pass, with the row
-    # epilogue's: each reduction's loop is then the one it has without them, which LLVM vectorises alike, so the
-    # sum has its bits (LLVM 15 vectorised a row sum storing a sibling at another width, and its bits changed).
-    # A prologue output that a reduction reads is written in the loop of the first reduction reading it.
-    inline = {}
-    written = set()
-    for a in accs:
-        feeding = _upstream(a.node, bld)
-        inline[a] = [o for o in pro_outs if o.node in feeding and o not in written]
-        written.update(inline[a])
-    sibling_outs = [o for o in pro_outs if o not in written]
+    # Where the reduced dims are inside (each kept index's row reduced in turn), the input side's outputs are
+    # written in the row's second pass, with the row epilogue's, computed again there: each reduction's loop is
+    # then the one it has without them, which LLVM vectorises alike, so the sum has its bits whether its summand
+    # is read, computed, or computed and written (LLVM 15 vectorised a row sum storing a sibling at another width,
+    # and its bits changed; a prologue output that the sum reads, written in its loop, left it a plain loop, not a
+    # streamed run: a layer norm of ``a + b`` that also wrote ``a + b`` had other bits than one reading it).
+    inline = {a: [] for a in accs}
+    sibling_outs = list(pro_outs)
     # the reductions' results that later reductions' prologues read (none but in a group of dependent ones)
     read_later = {v for a in accs for n in (a.node, *_upstream(a.node, bld)) for v in _args(n) if v.node in reds}
     half = _carries_float16(bld)

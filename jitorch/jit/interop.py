@@ -22,7 +22,7 @@ from __future__ import annotations
 import time
 
 from ..ir.passes.fusion import PRODUCT_MIN_WORK
-from ..ops.linalg import array_product, whole_gemm
+from ..ops.linalg import array_product
 from ..runtime import blas_calls, threads
 from . import gemm_words
 
@@ -107,12 +107,25 @@ def run_products(products):
     the other here, each split as it would be alone. The first exception raised is raised here, after every product
     has finished."""
     if threads.interop_enabled():
-        plain = [whole_gemm(*product) for product in products]
-        if None in plain or not blas_calls.run_gemm_calls(plain):
+        if not _run_native(products):
             threads.run_calls([(_whole, product) for product in products])
     else:
         for a, b, out in products:
             gemm_words.product(a, b, out)
+
+
+def _run_native(products):
+    """Compute each ``(a, b, out)`` of ``products`` whole at once on the team as the gemm call kept for it
+    (`gemm_words.whole_words`: the call `blas_calls.run_gemm_calls` makes of `whole_gemm`'s operands), and return
+    True; False where one of them is no such call or there is no native code (nothing has run)."""
+    calls = [gemm_words.whole_words(*product) for product in products]
+    entry = threads.gemm_entry()
+    if None in calls or entry is None:
+        return False
+    threads.run_native_parts(entry, calls)
+    blas_calls.counters["gemm forks"] += 1
+    blas_calls.counters["gemm calls"] += len(calls)
+    return True
 
 
 def _whole(a, b, out):

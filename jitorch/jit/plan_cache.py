@@ -114,7 +114,7 @@ def _graph_text(graph, target_id, printed=None):
     return "\n".join([f"jitorch fusion plan {FORMAT}", f"max group nodes {fusion.MAX_GROUP_NODES}", f"target {target_id}",
                       f"recompute max cone {recompute.MAX_CONE} small leaf {recompute.SMALL_LEAF} "
                       f"reductions {recompute.REDUCTIONS} leaf bytes {recompute.REDUCTION_LEAF_BYTES} "
-                      f"barriers {recompute.BARRIERS}",
+                      f"barriers {recompute.BARRIERS} written leaves {recompute.WRITTEN_LEAVES}",
                       _switches(PLAN_SWITCHES), f"generator {generator_fingerprint()}",
                       printed if printed is not None else print_graph(graph, canonical=True), f"layouts {layouts}"])
 

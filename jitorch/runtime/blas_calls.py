@@ -196,6 +196,22 @@ def call_words(a, b, out, mkl=None):
     return None if words is None else (ctypes.c_int64 * len(words))(*words)
 
 
+# The positions of the operands' pointers (a, b, out) among `gemm_call`'s words.
+POINTER_WORDS = (7, 9, 11)
+
+
+def moved_words(calls, deltas):
+    """Copies of ``calls`` (`call_words`' arrays) whose pointers to a, b and out are moved by ``deltas`` bytes (one
+    per operand): the same calls on operands of the same layouts at other addresses."""
+    moved = []
+    for words in calls:
+        copy = (ctypes.c_int64 * len(words))(*words)
+        for i, delta in zip(POINTER_WORDS, deltas):
+            copy[i] += delta
+        moved.append(copy)
+    return moved
+
+
 def run_words(calls):
     """Make the gemm calls of ``calls`` (`call_words`' arrays): one on this thread, several at once on the team
     (`threads.run_native_parts`, as `run_gemm_calls` runs a split product's), each without the GIL."""

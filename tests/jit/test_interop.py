@@ -57,8 +57,9 @@ def _rendezvous(monkeypatch, fail_second=False):
     """Replace the paired products' computation by one that records its thread, and whose first call waits until
     the second has started (a worker claims the second while the first waits: a product the worker has not claimed
     would be run by the calling thread after its own); where ``fail_second``, the second raises. The products run as
-    Python parts (`interop._whole`): the native gemm calls that plain products run as (`blas_calls`) are turned off."""
-    monkeypatch.setattr(blas_calls, "run_gemm_calls", lambda products: False)
+    Python parts (`interop._whole`): the native gemm calls that plain products run as (`interop._run_native`) are
+    turned off."""
+    monkeypatch.setattr(interop, "_run_native", lambda products: False)
     ran, started = [], threading.Event()
     whole = interop._whole
 

@@ -87,6 +87,9 @@ BARRIERS = ("external", "reduction")
 REDUCTIONS = True
 # A recomputed prologue's leaves may hold this many times the bytes of the value it computes.
 REDUCTION_LEAF_BYTES = 2
+# Whether a pointwise value that a node reads across an external node, and that is not copied for it, is a leaf of
+# later cones: its kernel writes it for that reader anyway (`copies`).
+WRITTEN_LEAVES = True
 
 
 def _elements(value):
@@ -159,11 +162,11 @@ def _in_memory(value, readers, pinned, kind):
         _read_by_external(value, readers, kind)
 
 
-def _cone(value, readers, pinned, kind):
+def _cone(value, readers, pinned, kind, written=frozenset()):
     """The pointwise nodes ``value`` is computed from and the values they read that lie in memory anyway or
-    are small views (the leaves: `_in_memory`, or a view of fewer than an `SMALL_LEAF`th of ``value``'s
-    elements, a batch norm's per-channel ``rsqrt(var + eps)`` viewed to broadcast, read where its kernel
-    writes it); (None, None) where the cone holds more than `MAX_CONE` nodes or reads a value computed
+    are small views (the leaves: `_in_memory`, a value of ``written`` (`copies`), or a view of fewer than an
+    `SMALL_LEAF`th of ``value``'s elements, a batch norm's per-channel ``rsqrt(var + eps)`` viewed to broadcast,
+    read where its kernel writes it); (None, None) where the cone holds more than `MAX_CONE` nodes or reads a value computed
     otherwise (a gather's, a larger view's of a computed value: a copy could not fold them). A small value
     computed pointwise with no view between stays in the cone (a layer norm's ``rstd``: fusion joins its
     copy to the reader's kernel as a broadcast node, where reading it would split the kernel)."""
@@ -174,7 +177,7 @@ def _cone(value, readers, pinned, kind):
         if v in seen:
             continue
         seen.add(v)
-        if v is not value and (_in_memory(v, readers, pinned, kind) or
+        if v is not value and (v in written or _in_memory(v, readers, pinned, kind) or
                                _elements(v) < small and kind(v.node) == "view"):
             leaves.append(v)
             continue
@@ -204,9 +207,17 @@ def copies(graph):
     kinds = {node: kind_of(node) for node in graph.nodes}  # (asked ~10 times a node: 36 -> 12 ms on a GPT step)
     kind = kinds.__getitem__
     across, position, below = _across_barriers(graph, readers, kind)
+    external = _across_barriers(graph, readers, lambda n: "external" if kind(n) == "external" else "pointwise")[0] \
+        if WRITTEN_LEAVES else {}
     feeds, fed_by, _ = fusion.tie_links(graph.nodes, readers, kind)
     pinned = _pinned(graph)
     made, wanted = [], {}  # wanted: reader -> the originals it has a copy of
+    # Values a node reads across an external node that get no copy for it: their kernel writes them, and a later
+    # cone reads them there (`WRITTEN_LEAVES`). A transformer's residual stream is one: each block's sum reads
+    # the last one, so its cone runs back through every block and is refused; without it as a leaf, the layer
+    # norm's ``x - mean`` and ``xhat`` that its backward reads were each one more whole-size output of the
+    # forward's kernel (GPT: 4 of them where the sum and the normalised output are 2).
+    written = set()
     count = 0
     for node in graph.nodes:
         if not _pointwise(node, kind):
@@ -214,8 +225,10 @@ def copies(graph):
         value = node.outputs[0]
         if value in pinned or _read_by_external(value, readers, kind):
             continue
-        cone, leaves = _cone(value, readers, pinned, kind)
+        cone, leaves = _cone(value, readers, pinned, kind, written)
         if cone is None:
+            if WRITTEN_LEAVES and any(external[node] >> position[r] & 1 for r in readers.get(value, ())):
+                written.add(value)
             continue
         reached, reaching = 0, set()
         for original in cone:
@@ -225,6 +238,8 @@ def copies(graph):
                or reaching and r in fed_by and _ties(reaching, fed_by[r], below, position)]
         small = _elements(value) / SMALL_LEAF
         if not far or sum(_bytes(v) for v in leaves if _elements(v) >= small) > _bytes(value):
+            if WRITTEN_LEAVES and any(external[node] >> position[r] & 1 for r in readers.get(value, ())):
+                written.add(value)
             continue
         for r in far:
             own = wanted.setdefault(r, set())
