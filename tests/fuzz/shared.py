@@ -104,12 +104,13 @@ def generate_shared(seed):
     case.n = case.rows * case.cols * int(rng.choice([1, 2])) + int(rng.choice([0, 0, 777]))
     case.dtype = "float32" if rng.random() < 0.7 else "float64"
     values = {"a": (case.n,), "b": (case.rows, case.cols), "c": (case.rows, case.cols)}
+    forms = np.random.default_rng([seed, 1])  # (a stream of its own: a write's form leaves later draws alone)
     results = []
     for k in range(int(rng.integers(4, 14))):
         name = str(rng.choice(sorted(values)))
         roll = rng.random()
         if roll < 0.3:
-            _write(rng, case, name, values)
+            _write(rng, forms, case, name, values)
             continue
         view, shape = _view(rng, name, values[name], copies=rng.random() < 0.15)
         out = f"v{k}"
@@ -131,10 +132,11 @@ def generate_shared(seed):
     return case
 
 
-def _write(rng, case, name, values):
+def _write(rng, forms, case, name, values):
     """An in-place write into value ``name`` (an input or an earlier result): mostly of all of it (a kernel that
     writes it in place: an optimizer's update), else through a view (a scatter): by a scalar, or from another
-    value of the written shape."""
+    value of the written shape, as a method (``copy_``, ``add_``) or, as ``forms`` draws, the function's ``out=``
+    (the same values)."""
     if rng.random() < 0.7:
         view, shape = name, values[name]
     else:
@@ -143,8 +145,11 @@ def _write(rng, case, name, values):
     kind = rng.random()
     if others and kind < 0.5:
         other = str(rng.choice(others))
-        op = "copy_" if kind < 0.2 else "add_"
-        case.lines.append(f"{view}.{op}({other}.sin() * 0.5)")
+        if forms.random() < 0.5:
+            case.lines.append(f"T.mul({other}.sin(), 0.5, out={view})" if kind < 0.2
+                              else f"T.add({view}, {other}.sin() * 0.5, out={view})")
+        else:
+            case.lines.append(f"{view}.{'copy_' if kind < 0.2 else 'add_'}({other}.sin() * 0.5)")
     else:
         case.lines.append(f"{view}.{rng.choice(['mul_', 'add_'])}({float(rng.choice([0.5, 2.0, -1.0]))})")
 
