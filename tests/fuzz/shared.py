@@ -243,8 +243,10 @@ def main(argv=None):
         with_groups += shared > 0
         if problems:
             failing += 1
-            print(f"seed {seed} ({case.dtype}, captured {case.captured}, shared kernels {shared}):\n{case.source()}  " + "\n  ".join(problems),
-                  flush=True)
+            print(f"seed {seed} ({case.dtype}, captured {case.captured}, shared kernels {shared}):\n"
+                  + case.source() + "  " + "\n  ".join(problems), flush=True)
+        if (seed - args.start + 1) % 25 == 0:
+            print(f"{seed - args.start + 1} seeds, {failing} failing, {with_groups} with shared groups", flush=True)
     print(f"seeds {args.start}..{args.start + args.seeds - 1}: {failing} failing, {with_groups} with shared groups")
     return 1 if failing else 0
 
