@@ -26,7 +26,8 @@ import numpy as np
 import jitorch as jt
 from jitorch.autograd.engine import not_differentiable, saves_also, saving as _saves
 from jitorch.compiler import is_compiling
-from jitorch.ops.attention import attention_fast, fused as _fused_attention
+from jitorch.ops.attention import (attention_fast, fused as _fused_attention,
+                                   saves_output as _attention_saves_output)
 from jitorch.ops import linalg
 from jitorch.ops.autocast import autocasts
 from jitorch.ops.pointwise import _normal_cdf, _normal_pdf
@@ -3294,7 +3295,10 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
             return out
     if (_AUTOCAST.key is None and isinstance(scale, float)
             and _fused_attention(query, key, value, attn_mask, dropout_p, is_causal, enable_gqa)):
-        return _OPS["_attention"](query, key, value, attn_mask, is_causal, scale)[0]
+        out = _OPS["_attention"](query, key, value, attn_mask, is_causal, scale)[0]
+        if _attention_saves_output(query, key, value, attn_mask):
+            saves_also(out, (out,))
+        return out
     if enable_gqa:
         if query.shape[-3] % key.shape[-3] or query.shape[-3] % value.shape[-3]:
             raise RuntimeError("Number of heads in key and value must divide the number of heads in query")

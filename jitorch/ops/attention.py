@@ -104,6 +104,16 @@ def fused(query, key, value, attn_mask, dropout_p, is_causal, enable_gqa):
                                  and _broadcasts(attn_mask._shape, (*q[:-1], k[-2])))
 
 
+def saves_output(query, key, value, attn_mask):
+    """Whether torch's CPU attention for a call that `fused` takes is its flash kernel, whose node saves the output
+    (its backward reads it), so that a write into the output before the backward raises: (batch, heads, L, E)
+    query, key and value whose last dims are contiguous, no mask or one of 2 or 4 dims that wants no gradient.
+    Elsewhere torch composes the math path, which saves the softmax weights and not the output, and a write into
+    the output leaves its backward's gradients right; the fused op's backward never reads the output."""
+    return (len(query._shape) == 4 and all(t._stride[-1] == 1 for t in (query, key, value))
+            and (attn_mask is None or len(attn_mask._shape) in (2, 4) and not attn_mask._requires_grad))
+
+
 def _broadcasts(shape, to):
     """Whether ``shape`` broadcasts to ``to`` without growing it."""
     return len(shape) <= len(to) and all(n in (1, m) for n, m in zip(reversed(shape), reversed(to)))

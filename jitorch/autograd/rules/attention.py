@@ -26,7 +26,6 @@ def _attention(g, a, out):
     return got
 
 
-# (the output is saved unread, as torch's flash attention node for (batch, heads, L, E) inputs saves it: a write
-# into it before the backward raises)
-defgrad("_attention", differentiates(" ".join(_ARGS) + " attn_mask",
-                                     reads("query key value result0 result1", _attention)))
+# (the output is not read; where torch's node saves it, its flash attention's, nn.functional checks its version
+# too: `ops.attention.saves_output`)
+defgrad("_attention", differentiates(" ".join(_ARGS) + " attn_mask", reads("query key value result1", _attention)))
