@@ -128,18 +128,7 @@ declare i32 @sched_getcpu()
 declare i64 @syscall(i64, ...)
 declare i32 @clock_gettime(i32, i8*)
 
-define internal i64 @now() {{
-  %ts = alloca [2 x i64], align 8
-  %p = bitcast [2 x i64]* %ts to i8*
-  %r = call i32 @clock_gettime(i32 1, i8* %p)
-  %ps = getelementptr [2 x i64], [2 x i64]* %ts, i64 0, i64 0
-  %s = load i64, i64* %ps, align 8
-  %pn = getelementptr [2 x i64], [2 x i64]* %ts, i64 0, i64 1
-  %n = load i64, i64* %pn, align 8
-  %sn = mul i64 %s, 1000000000
-  %t = add i64 %sn, %n
-  ret i64 %t
-}}
+{now}
 
 define void @recorded_part(i8* %a, i64 %lo, i64 %hi) {{
   %w = bitcast i8* %a to i64*
@@ -180,7 +169,7 @@ def _recorded_part():
     libc = ctypes.CDLL(None)
     for name in ("sched_getcpu", "syscall", "clock_gettime"):
         llvm.add_symbol(name, ctypes.cast(getattr(libc, name), ctypes.c_void_p).value)
-    engine = team._mcjit(_PART_IR.format(gettid=_GETTID[arch]))
+    engine = team._mcjit(_PART_IR.format(now=team.NOW_IR, gettid=_GETTID[arch]))
     return engine.get_function_address("recorded_part"), engine, lambda: time.clock_gettime_ns(time.CLOCK_MONOTONIC)
 
 

@@ -137,6 +137,22 @@ PIN_WORKERS = {"0": False, "1": True}.get(os.environ.get("JITORCH_PIN_WORKERS", 
 UNCROWDED_LOAD = 1.0
 LOAD_CHECK_S = 1.0
 
+# CLOCK_MONOTONIC in ns, for native code that times itself (the team's spin; benchmarks' recorded parts)
+NOW_IR = """
+define internal i64 @now() {
+  %ts = alloca [2 x i64], align 8
+  %p = bitcast [2 x i64]* %ts to i8*
+  %r = call i32 @clock_gettime(i32 1, i8* %p)
+  %ps = getelementptr [2 x i64], [2 x i64]* %ts, i64 0, i64 0
+  %s = load i64, i64* %ps, align 8
+  %pn = getelementptr [2 x i64], [2 x i64]* %ts, i64 0, i64 1
+  %n = load i64, i64* %pn, align 8
+  %sn = mul i64 %s, 1000000000
+  %t = add i64 %sn, %n
+  ret i64 %t
+}
+"""
+
 # The team's native code (Linux: it sleeps on futexes). A team's state is four int32 words: go (raised once
 # per fork), go's sleepers flag, done (raised once per part a worker finished), done's sleepers flag; each
 # worker has a row of four int64 in the part table: the part's entry (0: a Python part, -1: no part in this
@@ -168,19 +184,7 @@ done:
   ret void
 }}
 
-; CLOCK_MONOTONIC in ns
-define internal i64 @now() {{
-  %ts = alloca [2 x i64], align 8
-  %p = bitcast [2 x i64]* %ts to i8*
-  %r = call i32 @clock_gettime(i32 1, i8* %p)
-  %ps = getelementptr [2 x i64], [2 x i64]* %ts, i64 0, i64 0
-  %s = load i64, i64* %ps, align 8
-  %pn = getelementptr [2 x i64], [2 x i64]* %ts, i64 0, i64 1
-  %n = load i64, i64* %pn, align 8
-  %sn = mul i64 %s, 1000000000
-  %t = add i64 %sn, %n
-  ret i64 %t
-}}
+{now}
 
 ; A yield that kept the thread off its core this many ns or more (0: no bound) ends the spin (`CROWD_US`);
 ; how many spins it ended
@@ -566,7 +570,7 @@ class _Native:
 
         x86 = arch == "x86_64"
         # x86's pause saves power and lets a hyperthread sibling run while the loop waits
-        text = _TEAM_IR.format(futex=_FUTEX[arch], sched_yield=_SCHED_YIELD[arch],
+        text = _TEAM_IR.format(now=NOW_IR, futex=_FUTEX[arch], sched_yield=_SCHED_YIELD[arch],
                                pause="call void @llvm.x86.sse2.pause()" if x86 else "",
                                declare_pause="declare void @llvm.x86.sse2.pause()" if x86 else "")
         libc = ctypes.CDLL(None)
