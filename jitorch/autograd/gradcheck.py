@@ -3,7 +3,10 @@
 Same signature and tolerances as torch.autograd.gradcheck: for every input
 that requires grad and every output, the Jacobian from the backward pass
 (one ``grad`` call per output element) must match central differences with
-step ``eps`` within ``atol + rtol * |numerical|``.
+step ``eps`` within ``atol + rtol * |numerical|``. With ``fast_mode=True``, as
+torch's, only ``v^T J u`` is compared for random unit vectors ``u`` (per
+input) and ``v`` (per output): one directional difference per input and one
+``grad`` call per output instead of one of each per element.
 """
 
 from __future__ import annotations
@@ -77,36 +80,104 @@ def _analytical(fn, inputs, diff):
     return result
 
 
-def gradcheck(func, inputs, *, eps=1e-6, atol=1e-5, rtol=1e-3, raise_exception=True, **ignored):
-    """Check ``func``'s gradients at ``inputs`` (a tensor or tuple) against finite differences."""
+def _directional(fn, inputs, i, eps, u):
+    """The outputs' derivatives along ``u`` (flat, of ``inputs[i]``'s numel) by central differences: a list (per
+    output) of flat arrays, ``J u``."""
+    flat = inputs[i].detach()
+    host = flat.numpy() if flat.device.type == "cpu" and flat.dtype.name in ("float32", "float64") else None
+    orig = host.copy() if host is not None else flat.clone()
+    step = u.reshape(tuple(flat.shape)) * eps
+    differences = []
+    with no_grad():
+        for sign in (1, -1):
+            if host is not None:
+                host[...] = orig + sign * step
+                flat._bump_version()
+            else:
+                flat.copy_(orig + registry.Tensor._from_array(sign * step))
+            differences.append([o.detach().double().reshape(-1).numpy().copy() for o in _outputs(fn, inputs)])
+        if host is not None:
+            host[...] = orig
+            flat._bump_version()
+        else:
+            flat.copy_(orig)
+    plus, minus = differences
+    return [(p - m) / (2 * eps) for p, m in zip(plus, minus)]
+
+
+def _unit(rng, n):
+    u = rng.standard_normal(n)
+    return u / max(np.linalg.norm(u), 1e-300)
+
+
+def gradcheck(func, inputs, *, eps=1e-6, atol=1e-5, rtol=1e-3, raise_exception=True, fast_mode=False, **ignored):
+    """Check ``func``'s gradients at ``inputs`` (a tensor or tuple) against finite differences (``fast_mode``:
+    ``v^T J u`` only, see the module docstring)."""
     inputs = tuple(inputs) if isinstance(inputs, (tuple, list)) else (inputs,)
-    return _check(func, func, inputs, eps, atol, rtol, raise_exception)
+    return _check(func, func, inputs, eps, atol, rtol, raise_exception, fast_mode)
 
 
-def _check(func, numerical_func, inputs, eps, atol, rtol, raise_exception):
-    """gradcheck of ``func``, whose finite differences are taken of ``numerical_func``: the same values as
-    ``func``'s, computed without the graph the backward pass needs."""
+def _diff_inputs(inputs):
     diff = [i for i, x in enumerate(inputs) if isinstance(x, registry.Tensor) and x.requires_grad]
-    analytical = _analytical(func, inputs, diff) if diff else {}
     for i in diff:
         if inputs[i].dtype.name != "float64":
             import warnings
             warnings.warn("Input #%d requires gradient and is not a double precision floating point. "
                           "This check will likely fail if all the inputs are not of double precision floating "
-                          "point." % i, UserWarning, stacklevel=3)
+                          "point." % i, UserWarning, stacklevel=4)
+    return diff
+
+
+def _mismatch(raise_exception, message):
+    if raise_exception:
+        raise GradcheckError(message)
+    return False
+
+
+def _check(func, numerical_func, inputs, eps, atol, rtol, raise_exception, fast_mode):
+    """gradcheck of ``func``, whose finite differences are taken of ``numerical_func``: the same values as
+    ``func``'s, computed without the graph the backward pass needs."""
+    diff = _diff_inputs(inputs)
+    if fast_mode:
+        return _fast_check(func, numerical_func, inputs, diff, eps, atol, rtol, raise_exception)
+    analytical = _analytical(func, inputs, diff) if diff else {}
+    for i in diff:
         numerical = _numerical(numerical_func, inputs, i, eps)
         for j, (a, n) in enumerate(zip(analytical[i], numerical)):
             if a.shape != n.shape or not np.allclose(a, n, rtol=rtol, atol=atol, equal_nan=True):
-                if not raise_exception:
-                    return False
-                raise GradcheckError(f"Jacobian mismatch for output {j} with respect to input {i},\n"
-                                     f"numerical:{n}\nanalytical:{a}\n")
+                return _mismatch(raise_exception, f"Jacobian mismatch for output {j} with respect to input {i},\n"
+                                                  f"numerical:{n}\nanalytical:{a}\n")
+    return True
+
+
+def _fast_check(func, numerical_func, inputs, diff, eps, atol, rtol, raise_exception):
+    """`_check` of ``v^T J u`` per (input, output), torch's fast mode: ``u`` a random unit vector per input, ``v``
+    per output (seeded, so a check is repeatable); numerically ``v . (J u)`` from one directional difference per
+    input, analytically ``u . (J^T v)`` from one ``grad`` call per output."""
+    rng = np.random.default_rng(0)
+    outs = _outputs(func, inputs)
+    vs = [_unit(rng, o.numel()) for o in outs]
+    us = {i: _unit(rng, inputs[i].numel()) for i in diff}
+    vjps = []
+    for out, v in zip(outs, vs):  # (J_j^T v_j per input; an output cut from the graph has a zero Jacobian)
+        seed = registry.Tensor._from_array(v.reshape(tuple(out.shape))).to(out.dtype)
+        grads = grad(out, [inputs[i] for i in diff], grad_outputs=seed, retain_graph=True, allow_unused=True) \
+            if out.requires_grad else [None] * len(diff)
+        vjps.append([np.zeros(inputs[i].numel()) if g is None else g.double().reshape(-1).numpy()
+                     for i, g in zip(diff, grads)])
+    for k, i in enumerate(diff):
+        for j, (ju, v) in enumerate(zip(_directional(numerical_func, inputs, i, eps, us[i]), vs)):
+            n, a = float(v @ ju), float(us[i] @ vjps[j][k])
+            if not np.isclose(a, n, rtol=rtol, atol=atol, equal_nan=True):
+                return _mismatch(raise_exception, f"Jacobian mismatch for output {j} with respect to input {i} "
+                                                  f"(fast mode, v^T J u):\nnumerical:{n}\nanalytical:{a}\n")
     return True
 
 
 def gradgradcheck(func, inputs, grad_outputs=None, *, eps=1e-6, atol=1e-5, rtol=1e-3, raise_exception=True,
-                  **ignored):
-    """Check the second derivatives of ``func``: gradcheck of its vector-Jacobian product."""
+                  fast_mode=False, **ignored):
+    """Check the second derivatives of ``func``: gradcheck of its vector-Jacobian product (``fast_mode`` as
+    `gradcheck`'s)."""
     inputs = tuple(inputs) if isinstance(inputs, (tuple, list)) else (inputs,)
     diff = [i for i, x in enumerate(inputs) if isinstance(x, registry.Tensor) and x.requires_grad]
     outs = _outputs(func, inputs)
@@ -128,4 +199,4 @@ def gradgradcheck(func, inputs, grad_outputs=None, *, eps=1e-6, atol=1e-5, rtol=
     # The finite differences need only the gradients' values: recording the backward pass's own graph for each
     # of their two calls per input element was a sixth of the CPU of six registry ops' gradgradchecks (4.9 -> 4.0 s).
     return _check(vjp, lambda *args: vjp(*args, create_graph=False), inputs + tuple(grad_outputs), eps, atol,
-                  rtol, raise_exception)
+                  rtol, raise_exception, fast_mode)

@@ -981,18 +981,16 @@ def build_reduction(group, name, target=None, aliases=None, layouts=None):
     # is read, computed, or computed and written (LLVM 15 vectorised a row sum storing a sibling at another width,
     # and its bits changed; a prologue output that the sum reads, written in its loop, left it a plain loop, not a
     # streamed run: a layer norm of ``a + b`` that also wrote ``a + b`` had other bits than one reading it).
-    inline = {a: [] for a in accs}
-    sibling_outs = list(pro_outs)
     # the reductions' results that later reductions' prologues read (none but in a group of dependent ones)
     read_later = {v for a in accs for n in (a.node, *_upstream(a.node, bld)) for v in _args(n) if v.node in reds}
     half = _carries_float16(bld)
 
     def streamed(a):
         """(whether reduction ``a`` reduces a run as `streamed_run` reads it, and the float max or min it folds
-        with there, if any). On the CPU, a run of reduced elements (the reduced dims collapse to one; no prologue
-        output in its loop, no index) is read so, in several streams where it is long (`streams_for`); a float
+        with there, if any). On the CPU, a run of reduced elements (the reduced dims collapse to one; no
+        index) is read so, in several streams where it is long (`streams_for`); a float
         max or min there as `float_extremum` does."""
-        run = bld.target is CPU and len(r_sizes) == 1 and not inline[a] and index_of is None
+        run = bld.target is CPU and len(r_sizes) == 1 and index_of is None
         extremum = EXTREMA.get(a.lowering) if run and a.compute in EXTREMUM_DTYPES and not half else None
         return run, extremum
 
@@ -1032,12 +1030,12 @@ def build_reduction(group, name, target=None, aliases=None, layouts=None):
             else:
                 start(b, a, a.slot)
                 bld.target.reduce_loops(bld, b, e, r_sizes, lambda b, ridx, slot, a=a: reduce_item(
-                    b, kidx, ridx, [slot], inline[a], [a], dict(known)), a.slot, a.dtype, a.lowering.combine,
+                    b, kidx, ridx, [slot], [], [a], dict(known)), a.slot, a.dtype, a.lowering.combine,
                     a.identity)
                 totals.append(a.lowering.leave(e, e.load(a.slot, a.dtype), a.compute))
             if index_of is None and a.out in read_later:
                 known[a.out] = result(a, totals[-1])
-        results(b, kidx, [a.slot for a in accs], totals, second=sibling_outs)
+        results(b, kidx, [a.slot for a in accs], totals, second=pro_outs)
 
     n = prod(in_shape)
     ops = [nd.op.name for nd in group.nodes]
