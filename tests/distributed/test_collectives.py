@@ -133,28 +133,40 @@ def test_the_ddp_example_on_two_ranks():
     assert float(re.findall(r"final accuracy: (\d\.\d+)", done.stdout)[-1]) >= 0.9
 
 
+def stop_launcher_with(launcher, pid_dir, sig, wait_s):
+    """Wait (at most ``wait_s``) until both ranks wrote their pid files into ``pid_dir``, send ``sig`` to the launcher,
+    and check that it fails and that no rank outlives it; the launcher's (stdout, stderr). A launcher that ends or
+    times out before both ranks started raises with its output. Whatever fails, no rank is left running."""
+    try:
+        deadline = time.monotonic() + wait_s
+        while len(list(pid_dir.glob("rank*.pid"))) < 2 and launcher.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        pids = [int(p.read_text()) for p in pid_dir.glob("rank*.pid")]
+        if len(pids) < 2:  # (a rank failed before it wrote its pid: its traceback)
+            launcher.kill()
+            out, err = launcher.communicate()
+            raise AssertionError(f"{len(pids)} of 2 ranks started\n{out}{err}")
+        launcher.send_signal(sig)
+        out, err = launcher.communicate(timeout=30)
+        assert launcher.returncode != 0, err
+        time.sleep(0.5)
+        for pid in pids:
+            with pytest.raises(ProcessLookupError):
+                os.kill(pid, 0)
+        return out, err
+    finally:
+        try:
+            os.killpg(launcher.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
 def test_the_launcher_forwards_sigterm_to_every_rank(tmp_path):
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     launcher = subprocess.Popen([sys.executable, "-m", "jitorch.distributed.run", "--nproc-per-node", "2",
                                  str(HERE / "faults_check.py"), "wait", str(tmp_path)], env=env, cwd=ROOT,
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-    try:
-        deadline = time.monotonic() + 60
-        while len(list(tmp_path.glob("rank*.pid"))) < 2 and time.monotonic() < deadline:
-            time.sleep(0.1)
-        pids = [int(p.read_text()) for p in tmp_path.glob("rank*.pid")]
-        assert len(pids) == 2
-        launcher.send_signal(signal.SIGTERM)
-        assert launcher.wait(timeout=30) != 0
-        time.sleep(0.5)
-        for pid in pids:
-            with pytest.raises(ProcessLookupError):
-                os.kill(pid, 0)
-    finally:  # whatever failed, leave no rank running
-        try:
-            os.killpg(launcher.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+    stop_launcher_with(launcher, tmp_path, signal.SIGTERM, 60)
 
 
 def test_the_launcher_is_installed_as_jitorchrun():

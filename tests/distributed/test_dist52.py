@@ -7,7 +7,6 @@ import re
 import signal
 import subprocess
 import sys
-import time
 
 import numpy as np
 import pytest
@@ -17,7 +16,7 @@ import jitorch.distributed as dist
 from jitorch.distributed import threads
 from jitorch.distributed.run import mpiexec
 
-from .test_collectives import HERE, ROOT
+from .test_collectives import HERE, ROOT, stop_launcher_with
 
 
 def test_scalar_all_reduces_match_numpy_bit_for_bit_compiled_ddp_reduces_early_and_sigint_stops_every_rank(tmp_path):
@@ -27,27 +26,8 @@ def test_scalar_all_reduces_match_numpy_bit_for_bit_compiled_ddp_reduces_early_a
                                  str(HERE / "dist52_check.py"), str(tmp_path)], stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, text=True, env=dict(os.environ, PYTHONPATH=str(ROOT)),
                                 cwd=ROOT, start_new_session=True)
-    try:
-        deadline = time.monotonic() + 240
-        while len(list(tmp_path.glob("rank*.pid"))) < 2 and launcher.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.1)
-        pids = [int(p.read_text()) for p in tmp_path.glob("rank*.pid")]
-        if len(pids) < 2:  # a check failed: its traceback
-            launcher.kill()
-            out, err = launcher.communicate()
-            raise AssertionError(out + err)
-        launcher.send_signal(signal.SIGINT)
-        out, err = launcher.communicate(timeout=30)
-        assert launcher.returncode != 0 and "jitorchrun: a rank failed" in err, err
-        time.sleep(0.5)
-        for pid in pids:
-            with pytest.raises(ProcessLookupError):
-                os.kill(pid, 0)
-    finally:  # whatever failed, leave no rank running
-        try:
-            os.killpg(launcher.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+    out, err = stop_launcher_with(launcher, tmp_path, signal.SIGINT, 240)
+    assert "jitorchrun: a rank failed" in err, err
     assert sorted(re.findall(r"rank (\d) of 2: 310 checks passed", out)) == ["0", "1"], out + err
 
 
