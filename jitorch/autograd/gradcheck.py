@@ -94,7 +94,7 @@ def _directional(fn, inputs, i, eps, u):
                 host[...] = orig + sign * step
                 flat._bump_version()
             else:
-                flat.copy_(orig + registry.Tensor._from_array(sign * step))
+                flat.copy_(orig + registry.Tensor._from_array(sign * step).to(device=flat.device))
             differences.append([o.detach().double().reshape(-1).numpy().copy() for o in _outputs(fn, inputs)])
         if host is not None:
             host[...] = orig
@@ -160,7 +160,7 @@ def _fast_check(func, numerical_func, inputs, diff, eps, atol, rtol, raise_excep
     us = {i: _unit(rng, inputs[i].numel()) for i in diff}
     vjps = []
     for out, v in zip(outs, vs):  # (J_j^T v_j per input; an output cut from the graph has a zero Jacobian)
-        seed = registry.Tensor._from_array(v.reshape(tuple(out.shape))).to(out.dtype)
+        seed = registry.Tensor._from_array(v.reshape(tuple(out.shape))).to(device=out.device, dtype=out.dtype)
         grads = grad(out, [inputs[i] for i in diff], grad_outputs=seed, retain_graph=True, allow_unused=True) \
             if out.requires_grad else [None] * len(diff)
         vjps.append([np.zeros(inputs[i].numel()) if g is None else g.double().reshape(-1).numpy()

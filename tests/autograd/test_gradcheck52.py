@@ -123,3 +123,20 @@ def test_fast_mode_evaluates_the_function_a_fixed_number_of_times_whatever_the_s
     x, w = _random_leaf(n), _random_leaf(3, seed=1)
     assert gradcheck(f, (x, w), fast_mode=True)
     assert len(calls) == 1 + 2 * 2  # (the outputs with their graph; two differences per input)
+
+
+def test_fast_mode_perturbs_transposed_and_half_precision_inputs_where_they_lie():
+    """A transposed leaf is moved through its strided NumPy view; a float16 one, which has no such view, through
+    ``copy_`` (the directional difference's other path); both come back to their values."""
+    x = jt.tensor(np.random.default_rng(2).standard_normal((3, 4))).t().requires_grad_()
+    before = x.detach().clone()
+    assert gradcheck(lambda t: t.tanh() * t, (x,), fast_mode=True)
+    assert gradgradcheck(lambda t: t.sin() * t, (x,), fast_mode=True)
+    assert (x.detach() == before).all()
+    with pytest.warns(UserWarning, match="not a double precision"):
+        h = jt.tensor(np.linspace(-1, 1, 6), dtype=jt.float16, requires_grad=True)
+        kept = h.detach().clone()
+        assert gradcheck(lambda t: t * 2, (h,), fast_mode=True, eps=1e-2, atol=1e-1, rtol=1e-1)
+        assert not gradcheck(lambda t: SquareOffByFivePercent.apply(t * 4), (h,), fast_mode=True, eps=1e-2,
+                             atol=1e-2, rtol=1e-2, raise_exception=False)
+    assert (h.detach() == kept).all()
