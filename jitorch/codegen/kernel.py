@@ -670,6 +670,18 @@ def _keep_rolled(bld, b, sizes):
         bld.maps[-1][0].set_metadata("llvm.loop", _loop_metadata(b.module, ("llvm.loop.unroll.disable",)))
 
 
+def _keep_reduction_rolled(b, sizes, latch):
+    """Mark the innermost loop of a reduction's nest over its reduced dims ``sizes`` (``latch``: its back-edge
+    branch, as the CPU's `reduce_loops` returns it; None on a GPU) not to be unrolled where it runs over
+    `ROLLED_MIN` elements or more inside another reduced loop: DCGAN's batch-norm backward sums over (8, 512) and
+    (16, 1024) were unrolled into 5-11k instructions each (59k in all for the step, 19k rolled), most of its 7 s cold
+    first call. A float sum's adds carry ``reassoc`` (LLVM vectorises them), so the rolled loop's order is LLVM's
+    vector loop's, not the unrolled one's: the same sum to rounding, and the same bits wherever the reduction is
+    built, the loop depending on the reduced sizes alone."""
+    if latch is not None and len(sizes) > 1 and sizes[-1] >= ROLLED_MIN:
+        latch.set_metadata("llvm.loop", _loop_metadata(b.module, ("llvm.loop.unroll.disable",)))
+
+
 def build_copy(group, name, target=None, aliases=None, layouts=None):
     """A view group in which one view needs its elements copied (a reshape of a strided value: a
     convolution's windows, merged): one loop nest over the copied value's shape, reading through
@@ -1029,9 +1041,10 @@ def build_reduction(group, name, target=None, aliases=None, layouts=None):
                 totals.append(reduce_run(b, a, kidx, I64(0), I64(r_sizes[0]), r_sizes[0], extremum, known))
             else:
                 start(b, a, a.slot)
-                bld.target.reduce_loops(bld, b, e, r_sizes, lambda b, ridx, slot, a=a: reduce_item(
-                    b, kidx, ridx, [slot], [], [a], dict(known)), a.slot, a.dtype, a.lowering.combine,
-                    a.identity)
+                _keep_reduction_rolled(b, r_sizes, bld.target.reduce_loops(
+                    bld, b, e, r_sizes, lambda b, ridx, slot, a=a: reduce_item(b, kidx, ridx, [slot], [], [a],
+                                                                               dict(known)),
+                    a.slot, a.dtype, a.lowering.combine, a.identity))
                 totals.append(a.lowering.leave(e, e.load(a.slot, a.dtype), a.compute))
             if index_of is None and a.out in read_later:
                 known[a.out] = result(a, totals[-1])

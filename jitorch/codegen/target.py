@@ -9,7 +9,8 @@ how its iteration space is split and how the kernel is entered:
   state (pointwise maps, the passes that only write);
 - ``reduce_loops(bld, b, e, sizes, item, slot, dtype, combine, identity, start, end)``:
   ``item(b, indices, slot)`` folded into ``slot`` over every index of ``sizes``;
-  on the CPU one thread runs them all, on a GPU a block shares them and combines;
+  on the CPU one thread runs them all (it returns the innermost loop's back-edge branch), on a GPU a block
+  shares them and combines;
 - ``outer(sizes)``: the trip count of what ``map_loops`` splits;
 - ``add_entry(module, body, buffers, outer, mode)``: the function a caller launches,
   where ``mode`` is ``"thread"`` (outer iterations are independent items) or
@@ -62,7 +63,7 @@ class CpuTarget:
             bld.maps.append((latch, sizes[-1] if len(sizes) > 1 or start is None else None))
 
     def reduce_loops(self, bld, b, e, sizes, item, slot, dtype, combine, identity, start=None, end=None):
-        bld.loops(b, sizes, lambda b, idx: item(b, idx, slot), start, end)
+        return bld.loops(b, sizes, lambda b, idx: item(b, idx, slot), start, end)
 
     def add_entry(self, module, body, buffers, outer, mode):
         """``entry(i8** buffers, i64 start, i64 end)``: unpacks the buffers for one cheap ctypes call."""
