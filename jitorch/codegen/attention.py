@@ -491,39 +491,45 @@ class _Tile:
         return b.select(b.fcmp_ordered(">", y, x), y, x)
 
     def softmax_rows(self, b, rows):
-        """Each ``(row, i)`` of ``rows`` (row ``i``'s scores, masked to -inf past its keys) to its softmax
-        weights, zeros after its keys up to the next whole register block (what the row block's product
-        reads). Each pass is emitted for every row before the next pass: a row's passes are a chain of
-        dependent steps (its maximum, then its exponentials' sum, each ended by a tree over the lanes), and
-        one row after another kept the core waiting on each; the rows' arithmetic is that of one row at a time."""
-        nvecs = [b.sdiv(b.add(self.last_key(b, i), I64(self.w - 1)), I64(self.w)) for _, i in rows]
+        """Each ``(row, i)`` of ``rows`` (row ``i``'s scores, masked to -inf past its keys; the rows of one row
+        block, in order) to its softmax weights, zeros after its keys up to the next whole register block (what
+        the row block's product reads). Each pass is one loop over the vectors up to the last row's keys, whose
+        body runs every row: a row's passes are a chain of dependent steps (its maximum, then its exponentials'
+        sum, each ended by a tree over the lanes), and one row after another kept the core waiting on each; a
+        loop per row and pass (of 1 to 4 vectors on a causal GPT tile) ended in a mispredicted branch each. An
+        earlier row's vectors past its keys hold -inf (the scores' store masks them), whose weights are 0: the
+        rows' arithmetic is that of one row at a time."""
+        nvec = b.sdiv(b.add(self.last_key(b, rows[-1][1]), I64(self.w - 1)), I64(self.w))
         slots_m = [self.slot(b, self.vt) for _ in rows]
-        for (row, _), nvec, slot_m in zip(rows, nvecs, slots_m):
-            b.store(self.splat(float("-inf")), slot_m)
-            counted_loop(b, I64(0), nvec, I64(1), lambda b, c, row=row, slot_m=slot_m: b.store(self.maxnum(
-                b, b.load(slot_m), self.vload(b, self.vector(b, row, c))), slot_m), "mx")
-        mvs, slots_s = [], [self.slot(b, self.vt) for _ in rows]
         for slot_m in slots_m:
+            b.store(self.splat(float("-inf")), slot_m)
+
+        def max_pass(b, c):
+            for (row, _), slot_m in zip(rows, slots_m):
+                b.store(self.maxnum(b, b.load(slot_m), self.vload(b, self.vector(b, row, c))), slot_m)
+        counted_loop(b, I64(0), nvec, I64(1), max_pass, "mx")
+        mvs, slots_s = [], [self.slot(b, self.vt) for _ in rows]
+        for slot_m, slot_s in zip(slots_m, slots_s):
             m = by_halves(b, b.load(slot_m), self.maxnum)
             if self.additive:  # (a row whose every key is masked: exp(-inf - 0) = 0 each, then 0 / 1 below)
                 m = b.select(b.fcmp_ordered("==", m, self.const(float("-inf"))), self.const(0.0), m)
             mvs.append(self.broadcast(b, m))
+            b.store(self.splat(0.0), slot_s)
 
         floor = self.splat(_EXP_FLOOR[self.item == 8])
 
-        def exp_pass(b, c, row, mv, slot_s):
-            p = self.vector(b, row, c)
-            d = b.fsub(self.vload(b, p), mv)
-            # lanes below the floor (a causal row's -inf past its keys, in most last vectors) are made 0 and
-            # their exp of 0 dropped: `_exp_nonpositive` holds only above it
-            zero = b.fcmp_ordered("<", d, floor)
-            e = b.call(self.exp_function(b.module), [b.select(zero, self.splat(0.0), d)])
-            e = b.select(zero, self.splat(0.0), e)
-            self.vstore(b, e, p)
-            b.store(b.fadd(b.load(slot_s), e), slot_s)
-        for (row, _), nvec, mv, slot_s in zip(rows, nvecs, mvs, slots_s):
-            b.store(self.splat(0.0), slot_s)
-            counted_loop(b, I64(0), nvec, I64(1), lambda b, c, a=(row, mv, slot_s): exp_pass(b, c, *a), "ex")
+        def exp_pass(b, c):
+            for (row, _), mv, slot_s in zip(rows, mvs, slots_s):
+                p = self.vector(b, row, c)
+                d = b.fsub(self.vload(b, p), mv)
+                # lanes below the floor (a causal row's -inf past its keys, in most last vectors) are made 0 and
+                # their exp of 0 dropped: `_exp_nonpositive` holds only above it
+                zero = b.fcmp_ordered("<", d, floor)
+                e = b.call(self.exp_function(b.module), [b.select(zero, self.splat(0.0), d)])
+                e = b.select(zero, self.splat(0.0), e)
+                self.vstore(b, e, p)
+                b.store(b.fadd(b.load(slot_s), e), slot_s)
+        counted_loop(b, I64(0), nvec, I64(1), exp_pass, "ex")
         tvs = []
         for slot_s in slots_s:
             total = by_halves(b, b.load(slot_s), lambda b, x, y: b.fadd(x, y))
@@ -534,7 +540,7 @@ class _Tile:
             tvs.append(self.broadcast(b, b.fdiv(self.const(1.0), total)))
 
         def divide(b, c):  # (masked lanes inside the last vector are exp(-inf) = 0)
-            for (row, _), nvec, tv in zip(rows, nvecs, tvs):
+            for (row, _), tv in zip(rows, tvs):
                 self.vstore(b, b.fmul(self.kept_vector(b, row, c, nvec), tv), self.vector(b, row, c))
         counted_loop(b, I64(0), I64(self.Sp // self.w), I64(1), divide, "dv")
 
