@@ -62,6 +62,23 @@ def test_the_softmax_exponential_is_within_an_ulp_of_exp_down_to_the_floor(dtype
     assert (y[x == 0] == 1).all() and (y > 0).all()
 
 
+@pytest.mark.parametrize("payload", [0x7FC00000, 0x7FC001FF, 0x7FC00101, 0xFFC000FF])
+def test_a_nan_score_of_any_payload_makes_its_rows_weights_nan(payload):
+    """Regression: `_exp_nonpositive` adds the low bits of a NaN's payload into the exponent field, which made
+    a row with a NaN score (a query holding a NaN with low payload bits set) weights of numbers, silently;
+    the softmax keeps NaN lanes NaN: that row's weights and output are NaN, as torch's, the other rows'
+    torch's values."""
+    rng = np.random.default_rng(1)
+    q, k, v = (rng.standard_normal((1, 16, 16)).astype(np.float32) for _ in range(3))
+    q[0, 5, 3] = np.array([payload], np.uint32).view(np.float32)[0]
+    out, p = np.empty_like(q), np.empty((1, 16, 16), np.float32)
+    kernels.attention_kernel("forward", np.float32, 16, 16, 16, False, 0.25, (1,)).run_tiles([q, k, v, out, p], 1)
+    want = torch.nn.functional.scaled_dot_product_attention(*map(torch.from_numpy, (q, k, v)), scale=0.25).numpy()
+    assert np.isnan(want[0, 5]).all() and np.isnan(out[0, 5]).all() and np.isnan(p[0, 5]).all()
+    rest = np.arange(16) != 5
+    np.testing.assert_allclose(out[0, rest], want[0, rest], **TOLERANCE["float32"])
+
+
 def _recording(monkeypatch):
     """The registered kernel function wrapped to record (direction, whether a kernel came back) per call."""
     built, real = [], attention.ATTENTION_KERNEL
