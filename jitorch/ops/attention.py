@@ -128,26 +128,51 @@ def _additive(mask, dtype, shape):
 
 
 def _readable(a):
-    """``a`` as the kernels read it: rows of contiguous elements at any non-negative element strides (the
-    heads of a GPT's q, k and v are views into one product's rows), else a C-contiguous copy."""
+    """Whether the kernels read ``a`` where it lies: rows of contiguous elements at any non-negative element
+    strides (the heads of a GPT's q, k and v are views into one product's rows); else they read a C-contiguous
+    copy."""
     item = a.itemsize
-    if a.strides[-1] != item or any(s < 0 or s % item for s in a.strides):
-        a = np.ascontiguousarray(a)
-    return a
+    return a.strides[-1] == item and not any(s < 0 or s % item for s in a.strides)
 
 
-def _run(direction, arrays, is_causal, scale, masked=False):
-    """The registered kernel over ``arrays`` (inputs, then the outputs it fills), True; False where no
-    kernel serves them. ``masked``: the forward's inputs hold an additive mask after the values."""
+def _run(direction, arrays, n_inputs, is_causal, scale, masked=False):
+    """The registered kernel over ``arrays`` (``n_inputs`` inputs, then the outputs it fills), True; False
+    where no kernel serves them. ``masked``: the forward's inputs hold an additive mask after the values.
+    An input the kernels cannot read where it lies (`_readable`) is copied. What a call's shapes and strides
+    make of it (the kernel, the copies) is looked up in `_PLANS`: working it out (the layouts' element strides,
+    the kernel's key) was 15 µs of Python in each of a compiled GPT step's calls."""
+    q, k = arrays[0], arrays[1]
+    key = (ATTENTION_KERNEL, direction, q.dtype, q.shape, k.shape[-2], is_causal, scale, masked,
+           *[a.strides for a in arrays])
+    plan = _PLANS.get(key)
+    if plan is None:
+        plan = _plan(direction, arrays, n_inputs, is_causal, scale, masked)
+        if len(_PLANS) >= 256:  # (a bound: shapes that vary without end make new ones)
+            _PLANS.clear()
+        _PLANS[key] = plan
+    kernel, copies, tiles = plan
+    if kernel is None:
+        return False
+    for n in copies:
+        arrays[n] = np.ascontiguousarray(arrays[n])
+    kernel.run_tiles(arrays, tiles)
+    return True
+
+
+# (the registered kernel function, direction, dtype, query shape, keys, causal, scale, masked, each array's
+# byte strides) -> (kernel or None, the inputs to copy, tiles)
+_PLANS: dict = {}
+
+
+def _plan(direction, arrays, n_inputs, is_causal, scale, masked):
+    copies = tuple(n for n in range(n_inputs) if not _readable(arrays[n]))
+    arrays = [np.ascontiguousarray(a) if n in copies else a for n, a in enumerate(arrays)]
     q, k = arrays[0], arrays[1]
     L, S, D = q.shape[-2], k.shape[-2], q.shape[-1]
     layouts = tuple(tuple(s // a.itemsize for s in a.strides[:-1]) for a in arrays)
     batch = q.shape[:-2]
     kernel = ATTENTION_KERNEL(direction, q.dtype, L, S, D, is_causal, scale, batch, layouts, masked)
-    if kernel is None:
-        return False
-    kernel.run_tiles(arrays, math.prod(batch))
-    return True
+    return kernel, copies, math.prod(batch)
 
 
 def _check(query, key, value, attn_mask=None, is_causal=False):
@@ -206,9 +231,9 @@ def _forward_into(out, query, key, value, attn_mask, is_causal, scale):
     scores_shape = (*query.shape[:-1], S)
     mask = None if attn_mask is None else _additive(attn_mask, dtype, scores_shape)
     weights = np.empty(scores_shape, dtype)
-    inputs = [*map(_readable, (query, key, value) if mask is None else (query, key, value, mask))]
+    inputs = [query, key, value] if mask is None else [query, key, value, mask]
     if (ATTENTION_KERNEL is None or out.size == 0 or key.size == 0 or out.strides[-1] != out.itemsize
-            or not _run("forward", [*inputs, out, weights], is_causal, scale, mask is not None)):
+            or not _run("forward", [*inputs, out, weights], len(inputs), is_causal, scale, mask is not None)):
         token = fp_errors.enter()
         try:
             scores = array_product(query, key.swapaxes(-2, -1))
@@ -283,10 +308,9 @@ def _backward_arrays(grads, grad_output, query, key, value, reserve, is_causal, 
     dtype = grads[0].dtype
     # (the bytes' rows are whole weights' rows: a view of them as floats needs their last dim compact)
     weights = (reserve if reserve.strides[-1] == 1 else np.ascontiguousarray(reserve)).view(dtype)
-    inputs = map(_readable, (query, key, value, weights, grad_output))
     if (ATTENTION_KERNEL is not None and not grad_scores and query.size and key.size
             and all(g.strides[-1] == g.itemsize for g in grads)
-            and _run("backward", [*inputs, *grads], is_causal, scale)):
+            and _run("backward", [query, key, value, weights, grad_output, *grads], 5, is_causal, scale)):
         return None
     token = fp_errors.enter()
     try:
