@@ -264,18 +264,37 @@ def _host_tensors(node):
         a.type.dtype == out.dtype for a in node.args if isinstance(a, Value))
 
 
-def _host_cat(node):
+def _host_cat(node, new_dims=0):
     """Whether a ``cat`` joins CPU arrays of its result's dtype, all of its number of dims (none the 1-D empty
-    tensor cat skips), along an int dim: NumPy's concatenate writes them into the arena buffer as they are."""
+    tensor cat skips), along an int dim: NumPy's concatenate writes them into the arena buffer as they are.
+    ``new_dims`` 1: the same of a ``stack``, whose inputs have one dim fewer (`_host_stack`)."""
     tensors, dim = node.args[0], node.args[1] if len(node.args) > 1 else 0
     out = node.outputs[0].type
     return _host_tensors(node) and isinstance(dim, int) and isinstance(tensors, (list, tuple)) and all(
-        isinstance(t, Value) and t.type.dtype == out.dtype and len(t.type.shape) == len(out.shape) for t in tensors)
+        isinstance(t, Value) and t.type.dtype == out.dtype and len(t.type.shape) + new_dims == len(out.shape)
+        for t in tensors)
 
 
 def _cat_into(args, out):
     tensors, dim = args[0], args[1] if len(args) > 1 else 0
     np.concatenate(tensors, axis=dim % out.ndim, out=out)
+
+
+def _host_stack(node):
+    """Whether a ``stack`` joins CPU arrays of its result's dtype along an int dim: NumPy writes them into the
+    arena buffer as they are (a clipped step's 52 gradient norms: 0.19 ms through the eager op, whose dispatch
+    checks each input, against 0.04)."""
+    return _host_cat(node, new_dims=1)
+
+
+def _stack_into(args, out):
+    tensors, dim = args[0], args[1] if len(args) > 1 else 0
+    if out.ndim == 1:
+        # 0-d arrays, assigned as a sequence: 0.8 us for 52 where np.stack takes 27 (each value's bits kept,
+        # a signalling NaN's too)
+        out[...] = tensors
+    else:
+        np.stack(tensors, axis=dim % out.ndim, out=out)
 
 
 def _zeros_into(args, out):
@@ -313,6 +332,7 @@ _WRITERS_INTO = {name: (_blas_product, _matmul_into) for name in _PRODUCTS}
 _WRITERS_INTO.update({"zeros": (_host_tensors, _zeros_into), "new_zeros": (_host_tensors, _zeros_into),
                       "_as_strided_add": (_host_tensors, _as_strided_add_into),
                       "as_strided_scatter": (_host_tensors, _as_strided_scatter_into), "cat": (_host_cat, _cat_into),
+                      "stack": (_host_stack, _stack_into),
                       "index_add": (_host_index_add, _index_add_into)})
 
 # Eager ops whose first result the executor can have written in new memory of any dense layout (the order a
