@@ -16,8 +16,13 @@ hand-over, 20 to 60 µs); the team halves a 2**17-element GELU chain. ``set_num_
 BLAS pool (through threadpoolctl, which finds the BLAS library NumPy loaded whichever it is) to one
 thread: OpenBLAS's own threads spin-wait at the barriers of each product, so on cores that other work
 shares, a product on two of them took 5 to 7 times the CPU time of one thread (a GPT training step: 534 ms
-of CPU against 85), and they spun against the kernels' threads as well. Until ``set_num_threads`` is
-called, products do not split and BLAS keeps its own thread count. Large eager pointwise ops, GELU and
+of CPU against 85; the README's demo step under two busy processes 55-104 ms against torch's 1.45), and they
+spun against the kernels' threads as well. Without a call, jitorch does the same with ``get_num_threads()``
+(``JITORCH_NUM_THREADS``, else the cores) the first time it needs to (`_default`: the first product, the first
+fork onto the team), not at import: NumPy's BLAS pool is process-wide, so from then on NumPy's own products in
+the process run on one thread too, as torch's thread count sets MKL's (``OPENBLAS_NUM_THREADS`` and the like
+count only until then); a later ``threadpoolctl`` limit on it makes every part of a split product a
+multi-threaded BLAS call. Large eager pointwise ops, GELU and
 optimizer updates run NumPy's own ufunc loops on the team (`runtime.ufunc_parts`, through the native
 ``jitorch_ufunc_program``, without the GIL), and a recurrence's loop over time runs its kernels as one program
 per range of batch rows (`run_row_program`); other eager ops run NumPy on the calling thread. jitorch has no
@@ -38,10 +43,13 @@ import threading
 import time
 from .forks import module_lock
 
+# "split_products": whether large products split on the team, NumPy's BLAS having one thread; None until
+# ``set_num_threads`` or the default (`_default`) decides it
 _settings = {"threads": None, "interop": None, "interop_fixed": False, "warn_always": False,
-             "split_products": False}
+             "split_products": None}
 _teams: dict = {}  # thread count -> its team of workers
 _teams_lock = module_lock(globals(), "_teams_lock")
+_policy_lock = module_lock(globals(), "_policy_lock")
 
 
 def _after_fork_in_child():
@@ -82,18 +90,35 @@ def _cores():
 
 def set_num_threads(n) -> None:
     """Let compiled CPU kernels and large matrix products use ``n`` threads (a positive int), the calling one and
-    ``n - 1`` workers; NumPy's BLAS gets one thread (see the module docstring)."""
+    ``n - 1`` workers; NumPy's BLAS gets one thread, for the whole process (see the module docstring)."""
     _settings["threads"] = _positive("set_num_threads", n)
-    # BLAS threads spin against the rest of the process (see the module docstring): products split in `run_parts`
+    _split_products()
+
+
+def _split_products():
+    """Products split on the team from here on, NumPy's BLAS set to one thread: BLAS threads spin against the rest
+    of the process (see the module docstring)."""
     from threadpoolctl import threadpool_limits
     threadpool_limits(limits=1, user_api="blas")
     _settings["split_products"] = True
 
 
+def _default():
+    """Whether products split: where neither ``set_num_threads`` nor an earlier need has decided it, decides it as
+    ``set_num_threads(get_num_threads())`` would, leaving the thread count to follow ``JITORCH_NUM_THREADS``."""
+    split = _settings["split_products"]
+    if split is None:
+        with _policy_lock:
+            if _settings["split_products"] is None:
+                _split_products()
+            split = _settings["split_products"]
+    return split
+
+
 def product_parts() -> int:
-    """How many parts a large matrix product splits into (`run_parts`): 1 until ``set_num_threads`` has set
-    NumPy's BLAS to one thread (before that, BLAS splits products with threads of its own)."""
-    return get_num_threads() if _settings["split_products"] else 1
+    """How many parts a large matrix product splits into (`run_parts`): ``get_num_threads()``, NumPy's BLAS having
+    one thread (set here at the first call, where ``set_num_threads`` has not set it: `_default`)."""
+    return get_num_threads() if _default() else 1
 
 
 # How long a worker keeps watching for its next part, and the calling thread for the parts' end, before it
@@ -866,6 +891,7 @@ def _team(n):
         native = _native()
         if native is None:
             return None
+        _default()  # (OpenBLAS's threads would spin against the team's)
         with _teams_lock:
             found = _teams.get(n)
             if found is None:
@@ -892,9 +918,9 @@ def hold(products_only=False):
     the forking thread spin `STEP_SPIN_US` after a part rather than `SPIN_US` (unless the machine is crowded), and
     workers asleep now are woken, so that the call's forks find them spinning. Returns what `release` takes: the
     team's state word, 0 where there is no team to hold (one thread, no native code, or ``products_only``, the
-    call's only forks being products', while products do not split: `product_parts`)."""
+    call's only forks being products', where products do not split: `product_parts`)."""
     n = get_num_threads()
-    team = _team(n) if n > 1 and (not products_only or _settings["split_products"]) else None
+    team = _team(n) if n > 1 and (not products_only or _default()) else None
     if team is None:
         return 0
     team.place()  # (before the hold wakes the workers: a woken one is placed as it wakes)
@@ -936,9 +962,9 @@ INTEROP = os.environ.get("JITORCH_INTEROP", "1") != "0"
 
 def interop_enabled() -> bool:
     """Whether a compiled call runs its independent products at once, each on one thread (`jit.interop`): where
-    products split (``set_num_threads`` called, with more than one thread), `INTEROP` is on and the inter-op thread
+    products split (`product_parts`: more than one thread), `INTEROP` is on and the inter-op thread
     count is not 1 (``set_num_interop_threads(1)`` turns it off, as it makes torch's inter-op pool one thread)."""
-    return INTEROP and _settings["split_products"] and get_num_threads() > 1 and _settings["interop"] != 1
+    return INTEROP and get_num_threads() > 1 and _settings["interop"] != 1 and _default()
 
 
 def run_chunks(entry, args_array, bounds):
