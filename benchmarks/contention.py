@@ -1,6 +1,6 @@
 """Training steps on cores that other processes share: jitorch eager and compiled against torch eager.
 
-    python benchmarks/contention.py                  # the demo's MLP and gpt-2x128, 2 busy processes, ~2 minutes
+    python benchmarks/contention.py                  # the demo's MLP and gpt-2x128, a busy process per core: minutes
     python benchmarks/contention.py --hogs 4 --models mlp
     python benchmarks/contention.py --quick          # tiny sizes, 1 busy process, few steps (the suite runs this)
 
@@ -11,6 +11,10 @@ two ``yes`` processes, session 52: torch eager 1.45 ms, jitorch eager 55-104 ms 
 threads). Each model's systems take turns (`models.round_robin`: medians of wall time and of the process's CPU
 time per step), first with the machine as it is, then with ``--hogs`` busy-loop processes running (stopped
 whatever happens). No system sets a thread count: each runs as a user's program would, by default.
+
+Session 53, the 2-core machine already at a load of 11 from other processes, plus 2 hogs (--models mlp --rounds 5
+--steps 10): the demo step, jitorch eager 35.8 ms and compiled 0.79 ms (before the default thread policy, with
+OpenBLAS's own threads: 429 and 201 ms), torch eager 132 ms (its two OpenMP threads spin-wait as OpenBLAS's do).
 
 Models: ``mlp``, the README demo's step (``jitorch demo``: MLP 64-256-256-10, batch 64, cross-entropy, SGD with
 momentum, on random digits); ``gpt-<layers>x<dims>``, benchmarks/models.py's nanoGPT step.
