@@ -19,6 +19,10 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 # worker. torch.nn.functional.pad of a 2x3x4x3 tensor took 1.5 ms of CPU with two threads, 0.02 ms with one.
 # Set before torch loads; jitorch's own kernels take JITORCH_NUM_THREADS, not this.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
+# A worker that lost its core midway through a part (a late join, jitorch/runtime/threads.py `LATE_US`) makes the
+# process's forks run inline for a while: on the loaded machine one test's would keep the next tests' (and README
+# blocks') counted forks from forking. Set before jitorch loads, for the suite's fresh processes too.
+os.environ.setdefault("JITORCH_LATE_BACKOFF_S", "0")
 
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
@@ -49,6 +53,7 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 @pytest.fixture
 def rng():
     return np.random.default_rng(0)
+
 
 
 def pytest_collection_finish(session):

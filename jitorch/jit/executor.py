@@ -1641,7 +1641,7 @@ class CompiledGraph:
     def _may_fork(self):
         """What of this CPU call may fork onto the thread team at more than one thread: "kernels" where a kernel
         splits, else "products" where a product splits (`linalg.SPLIT_MIN_WORK`) or a pair of products runs at
-        once (both only once ``set_num_threads`` lets products split), else None."""
+        once (both only where products split: `threads.product_parts`), else None."""
         if self._backend[2] is not KernelStep:
             return None
         if any(getattr(getattr(step, "kernel", None), "parallel", False) for step in self.steps) \

@@ -7,7 +7,8 @@ at once, each part a one-thread BLAS call). Both fork and join on a team of ``n 
 threads that wait in native code (`_Team`): spinning on a word for ``SPIN_US`` (less where a yield shows
 another thread waiting for the core, ``CROWD_US``; ``STEP_SPIN_US`` while a compiled call holds the team, `hold`),
 then asleep on a futex. On Linux the workers are kept off the forking thread's CPU while the machine is not
-crowded (`PIN_WORKERS`, `_Team.place`). A
+crowded (`PIN_WORKERS`, `_Team.place`), and after a fork whose worker lost its core midway (a late join, `LATE_US`)
+forks run on the calling thread for a while. A
 kernel's chunks go to the workers and come back without the GIL on either side (`run_chunks`), and so do a
 product's parts that are one gemm call each (`run_native_parts`, `runtime.blas_calls`); other parts come back
 to Python for NumPy's matmul (`run_parts`). On this project's 2-core machine a pool of ``concurrent.futures`` made a split
@@ -16,8 +17,13 @@ hand-over, 20 to 60 µs); the team halves a 2**17-element GELU chain. ``set_num_
 BLAS pool (through threadpoolctl, which finds the BLAS library NumPy loaded whichever it is) to one
 thread: OpenBLAS's own threads spin-wait at the barriers of each product, so on cores that other work
 shares, a product on two of them took 5 to 7 times the CPU time of one thread (a GPT training step: 534 ms
-of CPU against 85), and they spun against the kernels' threads as well. Until ``set_num_threads`` is
-called, products do not split and BLAS keeps its own thread count. Large eager pointwise ops, GELU and
+of CPU against 85; the README's demo step under two busy processes 55-104 ms against torch's 1.45), and they
+spun against the kernels' threads as well. Without a call, jitorch does the same with ``get_num_threads()``
+(``JITORCH_NUM_THREADS``, else the cores) the first time it needs to (`_default`: the first product, the first
+fork onto the team), not at import: NumPy's BLAS pool is process-wide, so from then on NumPy's own products in
+the process run on one thread too, as torch's thread count sets MKL's (``OPENBLAS_NUM_THREADS`` and the like
+count only until then); a later ``threadpoolctl`` limit on it makes every part of a split product a
+multi-threaded BLAS call. Large eager pointwise ops, GELU and
 optimizer updates run NumPy's own ufunc loops on the team (`runtime.ufunc_parts`, through the native
 ``jitorch_ufunc_program``, without the GIL), and a recurrence's loop over time runs its kernels as one program
 per range of batch rows (`run_row_program`); other eager ops run NumPy on the calling thread. jitorch has no
@@ -38,10 +44,13 @@ import threading
 import time
 from .forks import module_lock
 
+# "split_products": whether large products split on the team, NumPy's BLAS having one thread; None until
+# ``set_num_threads`` or the default (`_default`) decides it
 _settings = {"threads": None, "interop": None, "interop_fixed": False, "warn_always": False,
-             "split_products": False}
+             "split_products": None}
 _teams: dict = {}  # thread count -> its team of workers
 _teams_lock = module_lock(globals(), "_teams_lock")
+_policy_lock = module_lock(globals(), "_policy_lock")
 
 
 def _after_fork_in_child():
@@ -55,8 +64,8 @@ def _after_fork_in_child():
 # What `run_parts` did, for tests and benchmarks to see what split: "forks" (calls that ran parts on workers),
 # "parts" (parts handed to workers), "inline" (calls whose parts all ran on the calling thread: the team was busy),
 # "taken back" (parts no worker had claimed when the forking thread finished its own, which it then ran), "holds"
-# (compiled calls that held the team, `hold`)
-counters = {"forks": 0, "parts": 0, "inline": 0, "taken back": 0, "holds": 0}
+# (compiled calls that held the team, `hold`), "late" (late joins, `LATE_US`)
+counters = {"forks": 0, "parts": 0, "inline": 0, "taken back": 0, "holds": 0, "late": 0}
 
 
 def _positive(name, n):
@@ -82,18 +91,35 @@ def _cores():
 
 def set_num_threads(n) -> None:
     """Let compiled CPU kernels and large matrix products use ``n`` threads (a positive int), the calling one and
-    ``n - 1`` workers; NumPy's BLAS gets one thread (see the module docstring)."""
+    ``n - 1`` workers; NumPy's BLAS gets one thread, for the whole process (see the module docstring)."""
     _settings["threads"] = _positive("set_num_threads", n)
-    # BLAS threads spin against the rest of the process (see the module docstring): products split in `run_parts`
+    _split_products()
+
+
+def _split_products():
+    """Products split on the team from here on, NumPy's BLAS set to one thread: BLAS threads spin against the rest
+    of the process (see the module docstring)."""
     from threadpoolctl import threadpool_limits
     threadpool_limits(limits=1, user_api="blas")
     _settings["split_products"] = True
 
 
+def _default():
+    """Whether products split: where neither ``set_num_threads`` nor an earlier need has decided it, decides it as
+    ``set_num_threads(get_num_threads())`` would, leaving the thread count to follow ``JITORCH_NUM_THREADS``."""
+    split = _settings["split_products"]
+    if split is None:
+        with _policy_lock:
+            if _settings["split_products"] is None:
+                _split_products()
+            split = _settings["split_products"]
+    return split
+
+
 def product_parts() -> int:
-    """How many parts a large matrix product splits into (`run_parts`): 1 until ``set_num_threads`` has set
-    NumPy's BLAS to one thread (before that, BLAS splits products with threads of its own)."""
-    return get_num_threads() if _settings["split_products"] else 1
+    """How many parts a large matrix product splits into (`run_parts`): ``get_num_threads()``, NumPy's BLAS having
+    one thread (set here at the first call, where ``set_num_threads`` has not set it: `_default`)."""
+    return get_num_threads() if _default() else 1
 
 
 # How long a worker keeps watching for its next part, and the calling thread for the parts' end, before it
@@ -136,6 +162,16 @@ PIN_WORKERS = {"0": False, "1": True}.get(os.environ.get("JITORCH_PIN_WORKERS", 
 # leave it the core.
 UNCROWDED_LOAD = 1.0
 LOAD_CHECK_S = 1.0
+# A fork whose forking thread, its own part done, waited this long or more for the workers, and longer than its own
+# part took, is a late join: a worker had claimed its part and then lost its core to other work (parts are of
+# equal size, and a worker woken late finds its part taken back). Forks then run on the calling thread for
+# `LATE_BACKOFF_S` (and `hold` wakes no worker). On the 2-core machine at a load of 11 (other processes), the README
+# demo's eager step at two threads: 7% of its product forks had their worker claim the part, and those took 10.8 ms
+# (median; 110 µs where the part was taken back, 130 µs for the whole product on one thread).
+# JITORCH_LATE_BACKOFF_S sets the back-off at import (0: none).
+LATE_US = 1000
+LATE_BACKOFF_S = float(os.environ.get("JITORCH_LATE_BACKOFF_S", "0.25"))
+_late = {"seen": 0, "until": 0.0}  # the native count of late joins as last seen, when the back-off ends (0: none)
 
 # CLOCK_MONOTONIC in ns, for native code that times itself (the team's spin; benchmarks' recorded parts)
 NOW_IR = """
@@ -287,6 +323,31 @@ done:
   ret void
 }}
 
+; A wait that took this many ns or more, and longer than the forking thread's own part (begun at ``started``), is a
+; late join (`LATE_US`); how many there were
+@jitorch_late_ns = global i64 0
+@jitorch_late = global i64 0
+
+; The forking thread's wait for the workers' parts (done reaching ``target``), counting a late join
+define void @jitorch_join(i32* %done, i32 %target, i64 %spin_ns, i32* %doneflag, i64 %started) {{
+entry:
+  %w0 = call i64 @now()
+  call void @jitorch_wait_for(i32* %done, i32 %target, i64 %spin_ns, i32* %doneflag)
+  %w1 = call i64 @now()
+  %waited = sub i64 %w1, %w0
+  %own = sub i64 %w0, %started
+  %bound = load atomic i64, i64* @jitorch_late_ns monotonic, align 8
+  %long = icmp sge i64 %waited, %bound
+  %longer = icmp sge i64 %waited, %own
+  %late = and i1 %long, %longer
+  br i1 %late, label %count, label %done_
+count:
+  %c = atomicrmw add i64* @jitorch_late, i64 1 monotonic
+  br label %done_
+done_:
+  ret void
+}}
+
 define i32 @jitorch_work(i32* %state, i64* %row, i32 %seen, i64 %spin_ns, i32 %finished) {{
 entry:
   %goflag = getelementptr i32, i32* %state, i64 1
@@ -358,6 +419,7 @@ entry:
   %goflag = getelementptr i32, i32* %state, i64 1
   %done = getelementptr i32, i32* %state, i64 2
   %doneflag = getelementptr i32, i32* %state, i64 3
+  %started = call i64 @now()
   call void @jitorch_raise(i32* %state, i32* %goflag)
   %fn = inttoptr i64 %entry_ to void (i8*, i64, i64)*
   %args = inttoptr i64 %a to i8*
@@ -391,7 +453,7 @@ next:
   %inext = add i64 %i, 1
   br label %steal
 wait:
-  call void @jitorch_wait_for(i32* %done, i32 %target, i64 %spin_ns, i32* %doneflag)
+  call void @jitorch_join(i32* %done, i32 %target, i64 %spin_ns, i32* %doneflag, i64 %started)
   ret i64 %taken
 }}
 ; A sequence of NumPy strided loops (`runtime.ufunc_parts`) over elements [lo, hi), in chunks. The argument array
@@ -584,7 +646,7 @@ class _Native:
         # (PYFUNCTYPE: called with the GIL held, see `_Team.fork`)
         self.raise_holding_gil = ctypes.PYFUNCTYPE(None, word, word)(
             self.engine.get_function_address("jitorch_raise"))
-        self.wait_for = fn("jitorch_wait_for", None, word, i32, i64, word)
+        self.join = fn("jitorch_join", None, word, i32, i64, word, i64)
         self.work = fn("jitorch_work", i32, word, word, i32, i64, i32)
         self.fork = fn("jitorch_fork", i64, word, i32, i64, i64, i64, i64, i64, word, i64)
         self.publish = fn("jitorch_publish", None, word, i64, i64, i64, i64)
@@ -599,6 +661,9 @@ class _Native:
         self.hold_ns = ctypes.c_int64.from_address(self.engine.get_global_value_address("jitorch_hold_ns"))
         self.hold_ns.value = STEP_SPIN_US * 1000
         self.slept = ctypes.c_int64.from_address(self.engine.get_global_value_address("jitorch_slept"))
+        self.late_ns = ctypes.c_int64.from_address(self.engine.get_global_value_address("jitorch_late_ns"))
+        self.late_ns.value = LATE_US * 1000
+        self.late = ctypes.c_int64.from_address(self.engine.get_global_value_address("jitorch_late"))
         # (PYFUNCTYPE: called with the GIL held, as `raise_holding_gil`)
         self.hold = ctypes.PYFUNCTYPE(None, word, i64)(self.engine.get_function_address("jitorch_hold"))
 
@@ -831,6 +896,7 @@ class _Team:
         # raised holding the GIL: a worker that sees it waits for the GIL until this thread's part lets it go
         # in NumPy's matmul; raised through a call that let the GIL go, a worker could take it in that moment
         # and keep this thread asleep until its own part let it go
+        started = time.monotonic_ns()  # (CLOCK_MONOTONIC: `jitorch_join`'s clock)
         native.raise_holding_gil(state, state + 4)
         error = None
         fn, args = parts[0]
@@ -852,7 +918,7 @@ class _Team:
                 except BaseException as e:  # noqa: BLE001 - raised below, as a worker's would be
                     self.python[i] = e
                 native.raise_holding_gil(state + 8, state + 12)
-        native.wait_for(state + 8, target, native.spin_ns, state + 12)
+        native.join(state + 8, target, native.spin_ns, state + 12, started)
         for i in range(helpers):
             error, self.python[i] = error or self.python[i], None
         if error is not None:
@@ -866,6 +932,7 @@ def _team(n):
         native = _native()
         if native is None:
             return None
+        _default()  # (OpenBLAS's threads would spin against the team's)
         with _teams_lock:
             found = _teams.get(n)
             if found is None:
@@ -874,9 +941,10 @@ def _team(n):
 
 
 def _forked(parts, entry):
-    """Run ``parts`` on the team if it is free, else one after another here; whether the team ran them."""
+    """Run ``parts`` on the team if it is free and no late join is recent (`LATE_US`), else one after another
+    here; whether the team ran them."""
     team = _team(get_num_threads()) if len(parts) > 1 else None
-    if team is None or len(parts) - 1 > team.workers or not team.busy.acquire(blocking=False):
+    if team is None or len(parts) - 1 > team.workers or _backing_off() or not team.busy.acquire(blocking=False):
         if team is not None:
             counters["inline"] += 1
         return False
@@ -884,7 +952,20 @@ def _forked(parts, entry):
         team.fork(parts, entry)
     finally:
         team.busy.release()
+    late = team.native.late.value
+    if late != _late["seen"]:
+        _late["seen"] = late
+        _late["until"] = time.monotonic() + LATE_BACKOFF_S
+        counters["late"] += 1
     return True
+
+
+def _backing_off():
+    """Whether a late join (`LATE_US`) came less than `LATE_BACKOFF_S` ago."""
+    until = _late["until"]
+    if until and time.monotonic() >= until:
+        until = _late["until"] = 0.0
+    return bool(until)
 
 
 def hold(products_only=False):
@@ -892,10 +973,10 @@ def hold(products_only=False):
     the forking thread spin `STEP_SPIN_US` after a part rather than `SPIN_US` (unless the machine is crowded), and
     workers asleep now are woken, so that the call's forks find them spinning. Returns what `release` takes: the
     team's state word, 0 where there is no team to hold (one thread, no native code, or ``products_only``, the
-    call's only forks being products', while products do not split: `product_parts`)."""
+    call's only forks being products', where products do not split: `product_parts`)."""
     n = get_num_threads()
-    team = _team(n) if n > 1 and (not products_only or _settings["split_products"]) else None
-    if team is None:
+    team = _team(n) if n > 1 and (not products_only or _default()) else None
+    if team is None or _backing_off():  # (the workers would be woken for nothing)
         return 0
     team.place()  # (before the hold wakes the workers: a woken one is placed as it wakes)
     state = ctypes.addressof(team.state)
@@ -936,9 +1017,9 @@ INTEROP = os.environ.get("JITORCH_INTEROP", "1") != "0"
 
 def interop_enabled() -> bool:
     """Whether a compiled call runs its independent products at once, each on one thread (`jit.interop`): where
-    products split (``set_num_threads`` called, with more than one thread), `INTEROP` is on and the inter-op thread
+    products split (`product_parts`: more than one thread), `INTEROP` is on and the inter-op thread
     count is not 1 (``set_num_interop_threads(1)`` turns it off, as it makes torch's inter-op pool one thread)."""
-    return INTEROP and _settings["split_products"] and get_num_threads() > 1 and _settings["interop"] != 1
+    return INTEROP and get_num_threads() > 1 and _settings["interop"] != 1 and _default()
 
 
 def run_chunks(entry, args_array, bounds):
