@@ -19,10 +19,6 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 # worker. torch.nn.functional.pad of a 2x3x4x3 tensor took 1.5 ms of CPU with two threads, 0.02 ms with one.
 # Set before torch loads; jitorch's own kernels take JITORCH_NUM_THREADS, not this.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
-# A worker that lost its core midway through a part (a late join, jitorch/runtime/threads.py `LATE_US`) makes the
-# process's forks run inline for a while: on the loaded machine one test's would keep the next tests' (and README
-# blocks') counted forks from forking. Set before jitorch loads, for the suite's fresh processes too.
-os.environ.setdefault("JITORCH_LATE_BACKOFF_S", "0")
 
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
@@ -54,6 +50,14 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 def rng():
     return np.random.default_rng(0)
 
+
+@pytest.fixture(autouse=True)
+def _no_late_join_back_off(monkeypatch):
+    """Forks run on the team whatever came before (`threads.LATE_BACKOFF_S`): on the loaded machine a worker that
+    lost its core in one test would make the next tests' forks run inline, and a test that counts forks fail."""
+    from jitorch.runtime import threads
+    monkeypatch.setattr(threads, "LATE_BACKOFF_S", 0.0)
+    monkeypatch.setitem(threads._late, "until", 0.0)
 
 
 def pytest_collection_finish(session):

@@ -168,9 +168,8 @@ LOAD_CHECK_S = 1.0
 # `LATE_BACKOFF_S` (and `hold` wakes no worker). On the 2-core machine at a load of 11 (other processes), the README
 # demo's eager step at two threads: 7% of its product forks had their worker claim the part, and those took 10.8 ms
 # (median; 110 µs where the part was taken back, 130 µs for the whole product on one thread).
-# JITORCH_LATE_BACKOFF_S sets the back-off at import (0: none).
 LATE_US = 1000
-LATE_BACKOFF_S = float(os.environ.get("JITORCH_LATE_BACKOFF_S", "0.25"))
+LATE_BACKOFF_S = 0.25
 _late = {"seen": 0, "until": 0.0}  # the native count of late joins as last seen, when the back-off ends (0: none)
 
 # CLOCK_MONOTONIC in ns, for native code that times itself (the team's spin; benchmarks' recorded parts)

@@ -79,7 +79,6 @@ def test_the_first_product_gives_blas_one_thread_and_splits_products_the_import_
 
 
 def test_a_fork_before_the_first_product_decides_in_the_child():
-    """(and JITORCH_LATE_BACKOFF_S sets the late joins' back-off at import)"""
     out = run_fresh("""
         import os
         import numpy as np
@@ -93,10 +92,9 @@ def test_a_fork_before_the_first_product_decides_in_the_child():
                   and threads._settings["split_products"] is True and threads.counters["forks"] > 0
                   and {lib["num_threads"] for lib in threadpool_info() if lib["user_api"] == "blas"} == {1})
             os._exit(0 if ok else 1)
-        print(os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]), threads._settings["split_products"],
-              threads.LATE_BACKOFF_S)
-    """, JITORCH_NUM_THREADS="2", JITORCH_LATE_BACKOFF_S="0.5")
-    assert out.split() == ["0", "None", "0.5"]
+        print(os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]), threads._settings["split_products"])
+    """, JITORCH_NUM_THREADS="2")
+    assert out.split() == ["0", "None"]
 
 
 def test_set_num_threads_one_then_two_after_the_default(monkeypatch):
@@ -145,7 +143,6 @@ def test_a_late_join_runs_the_next_forks_on_the_calling_thread(monkeypatch):
     until `LATE_BACKOFF_S` has passed, then fork again."""
     monkeypatch.setitem(threads._settings, "threads", 2)
     monkeypatch.setattr(threads, "LATE_BACKOFF_S", 60.0)
-    monkeypatch.setitem(threads._late, "until", 0.0)  # (and back to it after: the next tests fork)
     claimed = threading.Event()
 
     def worker_part():
