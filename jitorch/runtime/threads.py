@@ -645,6 +645,7 @@ class _Native:
         # (PYFUNCTYPE: called with the GIL held, see `_Team.fork`)
         self.raise_holding_gil = ctypes.PYFUNCTYPE(None, word, word)(
             self.engine.get_function_address("jitorch_raise"))
+        self.wait_for = fn("jitorch_wait_for", None, word, i32, i64, word)
         self.join = fn("jitorch_join", None, word, i32, i64, word, i64)
         self.work = fn("jitorch_work", i32, word, word, i32, i64, i32)
         self.fork = fn("jitorch_fork", i64, word, i32, i64, i64, i64, i64, i64, word, i64)

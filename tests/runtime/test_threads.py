@@ -215,9 +215,8 @@ def test_a_wait_whose_yield_found_the_core_crowded_sleeps_before_its_spin_ends()
     saved, crowded = native.crowd_ns.value, native.crowded.value
     native.crowd_ns.value = 1
     try:
-        # (begun at time 0: its own part "took" longer than any wait, so no late join counts)
-        waiter = threading.Thread(target=native.join, args=(threads.ctypes.addressof(word), 1, 60 * 10**9,
-                                                            threads.ctypes.addressof(flag), 0))
+        waiter = threading.Thread(target=native.wait_for, args=(threads.ctypes.addressof(word), 1, 60 * 10**9,
+                                                                threads.ctypes.addressof(flag)))
         waiter.start()
         deadline = time.monotonic() + 30
         while flag.value == 0 and time.monotonic() < deadline:
