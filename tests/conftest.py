@@ -51,15 +51,6 @@ def rng():
     return np.random.default_rng(0)
 
 
-@pytest.fixture(autouse=True)
-def _no_late_join_back_off(monkeypatch):
-    """Forks run on the team whatever came before (`threads.LATE_BACKOFF_S`): on the loaded machine a worker that
-    lost its core in one test would make the next tests' forks run inline, and a test that counts forks fail."""
-    from jitorch.runtime import threads
-    monkeypatch.setattr(threads, "LATE_BACKOFF_S", 0.0)
-    monkeypatch.setitem(threads._late, "until", 0.0)
-
-
 def pytest_collection_finish(session):
     """Collection's objects (the test modules, their parameters, torch's and jitorch's modules) live until the
     end: after one last collection of its garbage they are frozen out of the cyclic collector, whose full

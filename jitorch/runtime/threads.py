@@ -7,8 +7,7 @@ at once, each part a one-thread BLAS call). Both fork and join on a team of ``n 
 threads that wait in native code (`_Team`): spinning on a word for ``SPIN_US`` (less where a yield shows
 another thread waiting for the core, ``CROWD_US``; ``STEP_SPIN_US`` while a compiled call holds the team, `hold`),
 then asleep on a futex. On Linux the workers are kept off the forking thread's CPU while the machine is not
-crowded (`PIN_WORKERS`, `_Team.place`), and after a fork whose worker lost its core midway (a late join, `LATE_US`)
-forks run on the calling thread for a while. A
+crowded (`PIN_WORKERS`, `_Team.place`). A
 kernel's chunks go to the workers and come back without the GIL on either side (`run_chunks`), and so do a
 product's parts that are one gemm call each (`run_native_parts`, `runtime.blas_calls`); other parts come back
 to Python for NumPy's matmul (`run_parts`). On this project's 2-core machine a pool of ``concurrent.futures`` made a split
@@ -64,8 +63,8 @@ def _after_fork_in_child():
 # What `run_parts` did, for tests and benchmarks to see what split: "forks" (calls that ran parts on workers),
 # "parts" (parts handed to workers), "inline" (calls whose parts all ran on the calling thread: the team was busy),
 # "taken back" (parts no worker had claimed when the forking thread finished its own, which it then ran), "holds"
-# (compiled calls that held the team, `hold`), "late" (late joins, `LATE_US`)
-counters = {"forks": 0, "parts": 0, "inline": 0, "taken back": 0, "holds": 0, "late": 0}
+# (compiled calls that held the team, `hold`)
+counters = {"forks": 0, "parts": 0, "inline": 0, "taken back": 0, "holds": 0}
 
 
 def _positive(name, n):
@@ -162,15 +161,6 @@ PIN_WORKERS = {"0": False, "1": True}.get(os.environ.get("JITORCH_PIN_WORKERS", 
 # leave it the core.
 UNCROWDED_LOAD = 1.0
 LOAD_CHECK_S = 1.0
-# A fork whose forking thread, its own part done, waited this long or more for the workers, and longer than its own
-# part took, is a late join: a worker had claimed its part and then lost its core to other work (parts are of
-# equal size, and a worker woken late finds its part taken back). Forks then run on the calling thread for
-# `LATE_BACKOFF_S` (and `hold` wakes no worker). On the 2-core machine at a load of 11 (other processes), the README
-# demo's eager step at two threads: 7% of its product forks had their worker claim the part, and those took 10.8 ms
-# (median; 110 µs where the part was taken back, 130 µs for the whole product on one thread).
-LATE_US = 1000
-LATE_BACKOFF_S = 0.25
-_late = {"seen": 0, "until": 0.0}  # the native count of late joins as last seen, when the back-off ends (0: none)
 
 # CLOCK_MONOTONIC in ns, for native code that times itself (the team's spin; benchmarks' recorded parts)
 NOW_IR = """
@@ -322,31 +312,6 @@ done:
   ret void
 }}
 
-; A wait that took this many ns or more, and longer than the forking thread's own part (begun at ``started``), is a
-; late join (`LATE_US`); how many there were
-@jitorch_late_ns = global i64 0
-@jitorch_late = global i64 0
-
-; The forking thread's wait for the workers' parts (done reaching ``target``), counting a late join
-define void @jitorch_join(i32* %done, i32 %target, i64 %spin_ns, i32* %doneflag, i64 %started) {{
-entry:
-  %w0 = call i64 @now()
-  call void @jitorch_wait_for(i32* %done, i32 %target, i64 %spin_ns, i32* %doneflag)
-  %w1 = call i64 @now()
-  %waited = sub i64 %w1, %w0
-  %own = sub i64 %w0, %started
-  %bound = load atomic i64, i64* @jitorch_late_ns monotonic, align 8
-  %long = icmp sge i64 %waited, %bound
-  %longer = icmp sge i64 %waited, %own
-  %late = and i1 %long, %longer
-  br i1 %late, label %count, label %done_
-count:
-  %c = atomicrmw add i64* @jitorch_late, i64 1 monotonic
-  br label %done_
-done_:
-  ret void
-}}
-
 define i32 @jitorch_work(i32* %state, i64* %row, i32 %seen, i64 %spin_ns, i32 %finished) {{
 entry:
   %goflag = getelementptr i32, i32* %state, i64 1
@@ -418,7 +383,6 @@ entry:
   %goflag = getelementptr i32, i32* %state, i64 1
   %done = getelementptr i32, i32* %state, i64 2
   %doneflag = getelementptr i32, i32* %state, i64 3
-  %started = call i64 @now()
   call void @jitorch_raise(i32* %state, i32* %goflag)
   %fn = inttoptr i64 %entry_ to void (i8*, i64, i64)*
   %args = inttoptr i64 %a to i8*
@@ -452,7 +416,7 @@ next:
   %inext = add i64 %i, 1
   br label %steal
 wait:
-  call void @jitorch_join(i32* %done, i32 %target, i64 %spin_ns, i32* %doneflag, i64 %started)
+  call void @jitorch_wait_for(i32* %done, i32 %target, i64 %spin_ns, i32* %doneflag)
   ret i64 %taken
 }}
 ; A sequence of NumPy strided loops (`runtime.ufunc_parts`) over elements [lo, hi), in chunks. The argument array
@@ -646,7 +610,6 @@ class _Native:
         self.raise_holding_gil = ctypes.PYFUNCTYPE(None, word, word)(
             self.engine.get_function_address("jitorch_raise"))
         self.wait_for = fn("jitorch_wait_for", None, word, i32, i64, word)
-        self.join = fn("jitorch_join", None, word, i32, i64, word, i64)
         self.work = fn("jitorch_work", i32, word, word, i32, i64, i32)
         self.fork = fn("jitorch_fork", i64, word, i32, i64, i64, i64, i64, i64, word, i64)
         self.publish = fn("jitorch_publish", None, word, i64, i64, i64, i64)
@@ -661,9 +624,6 @@ class _Native:
         self.hold_ns = ctypes.c_int64.from_address(self.engine.get_global_value_address("jitorch_hold_ns"))
         self.hold_ns.value = STEP_SPIN_US * 1000
         self.slept = ctypes.c_int64.from_address(self.engine.get_global_value_address("jitorch_slept"))
-        self.late_ns = ctypes.c_int64.from_address(self.engine.get_global_value_address("jitorch_late_ns"))
-        self.late_ns.value = LATE_US * 1000
-        self.late = ctypes.c_int64.from_address(self.engine.get_global_value_address("jitorch_late"))
         # (PYFUNCTYPE: called with the GIL held, as `raise_holding_gil`)
         self.hold = ctypes.PYFUNCTYPE(None, word, i64)(self.engine.get_function_address("jitorch_hold"))
 
@@ -896,7 +856,6 @@ class _Team:
         # raised holding the GIL: a worker that sees it waits for the GIL until this thread's part lets it go
         # in NumPy's matmul; raised through a call that let the GIL go, a worker could take it in that moment
         # and keep this thread asleep until its own part let it go
-        started = time.monotonic_ns()  # (CLOCK_MONOTONIC: `jitorch_join`'s clock)
         native.raise_holding_gil(state, state + 4)
         error = None
         fn, args = parts[0]
@@ -918,7 +877,7 @@ class _Team:
                 except BaseException as e:  # noqa: BLE001 - raised below, as a worker's would be
                     self.python[i] = e
                 native.raise_holding_gil(state + 8, state + 12)
-        native.join(state + 8, target, native.spin_ns, state + 12, started)
+        native.wait_for(state + 8, target, native.spin_ns, state + 12)
         for i in range(helpers):
             error, self.python[i] = error or self.python[i], None
         if error is not None:
@@ -941,10 +900,9 @@ def _team(n):
 
 
 def _forked(parts, entry):
-    """Run ``parts`` on the team if it is free and no late join is recent (`LATE_US`), else one after another
-    here; whether the team ran them."""
+    """Run ``parts`` on the team if it is free, else one after another here; whether the team ran them."""
     team = _team(get_num_threads()) if len(parts) > 1 else None
-    if team is None or len(parts) - 1 > team.workers or _backing_off() or not team.busy.acquire(blocking=False):
+    if team is None or len(parts) - 1 > team.workers or not team.busy.acquire(blocking=False):
         if team is not None:
             counters["inline"] += 1
         return False
@@ -952,20 +910,7 @@ def _forked(parts, entry):
         team.fork(parts, entry)
     finally:
         team.busy.release()
-    late = team.native.late.value
-    if late != _late["seen"]:
-        _late["seen"] = late
-        _late["until"] = time.monotonic() + LATE_BACKOFF_S
-        counters["late"] += 1
     return True
-
-
-def _backing_off():
-    """Whether a late join (`LATE_US`) came less than `LATE_BACKOFF_S` ago."""
-    until = _late["until"]
-    if until and time.monotonic() >= until:
-        until = _late["until"] = 0.0
-    return bool(until)
 
 
 def hold(products_only=False):
@@ -976,7 +921,7 @@ def hold(products_only=False):
     call's only forks being products', where products do not split: `product_parts`)."""
     n = get_num_threads()
     team = _team(n) if n > 1 and (not products_only or _default()) else None
-    if team is None or _backing_off():  # (the workers would be woken for nothing)
+    if team is None:
         return 0
     team.place()  # (before the hold wakes the workers: a woken one is placed as it wakes)
     state = ctypes.addressof(team.state)

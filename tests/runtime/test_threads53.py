@@ -8,8 +8,6 @@ import pathlib
 import subprocess
 import sys
 import textwrap
-import threading
-import time
 
 import numpy as np
 import pytest
@@ -135,31 +133,3 @@ def test_a_dataloader_worker_computes_products_after_the_default():
     assert threads.product_parts() == threads.get_num_threads()
     batches = list(DataLoader(Products(), batch_size=1, num_workers=1))
     assert [(b[0].tolist(), b[1].tolist()) for b in batches] == [([[256.0, 256.0]], [1]), ([[1024.0, 1024.0]], [1])]
-
-
-def test_a_late_join_runs_the_next_forks_on_the_calling_thread(monkeypatch):
-    """A worker that claimed its part and then took far longer than the forking thread's own part (here it sleeps,
-    as one that lost its core to other processes would) is a late join: forks run inline and `hold` wakes no worker
-    until `LATE_BACKOFF_S` has passed, then fork again."""
-    monkeypatch.setitem(threads._settings, "threads", 2)
-    monkeypatch.setattr(threads, "LATE_BACKOFF_S", 60.0)
-    claimed = threading.Event()
-
-    def worker_part():
-        claimed.set()
-        time.sleep(0.2)
-
-    def own_part():  # (returns once the worker runs its part: it cannot be taken back)
-        assert claimed.wait(30)
-    ran = []
-    before = dict(threads.counters)
-    threads.run_calls([(own_part, ()), (worker_part, ())])
-    assert threads.counters["late"] - before["late"] == 1 and threads.counters["forks"] - before["forks"] == 1
-    threads.run_calls([(ran.append, (threading.get_ident(),)), (ran.append, (threading.get_ident(),))])
-    assert ran == [threading.get_ident()] * 2 and threads.counters["forks"] - before["forks"] == 1
-    assert threads.counters["inline"] - before["inline"] == 1
-    assert threads.hold() == 0
-    monkeypatch.setitem(threads._late, "until", time.monotonic() - 1)  # (the back-off over)
-    claimed.clear()
-    threads.run_calls([(claimed.wait, (30,)), (claimed.set, ())])
-    assert threads.counters["forks"] - before["forks"] == 2 and threads.counters["late"] - before["late"] == 1
