@@ -241,6 +241,8 @@ class _Lane:
         # the others' headers: this rank's row is its own block, copied by MPI, which needs no comparing
         self.others = [h for r, h in enumerate(self.headers) if r != pg.rank()]
         self.ready = flat[_READINESS::nbytes]  # every rank's, of an all-reduce through MPI (`_Plan`)
+        # the others' headers and readiness bytes together (`agree`)
+        self.others_ready = [flat[r * nbytes:r * nbytes + _READINESS + 1] for r in range(size) if r != pg.rank()]
         self.written = None  # the header in ``mine`` now: a call like the last writes none
         init = getattr(self.comm, "Allgather_init", None)
         self.persistent = None if init is None else init(self.mine, self.everyone)
@@ -261,10 +263,11 @@ class _Lane:
         self.running = True
         return self.persistent
 
-    def agree(self, header, request=None, what="all_reduce"):
+    def agree(self, header, request=None, what="all_reduce", ready=None):
         """Wait for the all-gather of ``header`` (``request``; None: start it here, the persistent all-gather
         alone when ``header`` is in the block already, as in a loop's calls); RuntimeError naming each rank's call
-        unless every rank's header is ``header``."""
+        unless every rank's header is ``header``. ``ready``: ``header`` and this rank's readiness byte (`_Plan`);
+        then whether every other rank's block starts with those same bytes, compared at once."""
         if request is None:
             request = self.persistent
             if self.written is header and not self.running and request is not None:
@@ -274,10 +277,17 @@ class _Lane:
                 request = self.start(header)
         wait(request, self.timeout, what)
         self.running = False
+        if ready is not None:
+            for other in self.others_ready:
+                if other.tobytes() != ready:
+                    break
+            else:
+                return True
         for other in self.others:
             if other.tobytes() != header:  # (a memoryview compared with bytes goes byte by byte: 5x slower)
                 self.blocks.settle(False)  # (every rank sees a header unlike its own: all settle alike)
                 raise self.disagreement(header, self.pg, what)
+        return False
 
     def disagreement(self, header, pg, what):
         """The RuntimeError naming each rank's call, from the gathered headers (which differ from ``header``)."""
@@ -447,6 +457,7 @@ class _Plan:
             # only where the communicator has persistent all-reduces (a thread world's has its all-gather alone)
             self.bindable = self.nbytes <= BOUND_MAX and hasattr(pg.comm, "Allreduce_init")
             self.last = None  # a weak reference to the array of this rank's last call (`run`)
+            self.ready_header = self.header + bytes([2])  # (`run`: every rank's bound one idle)
 
     def inline_on(self, lane):
         """The `_Inline` all-reduce of this signature in ``lane``'s block; None when its data does not fit."""
@@ -513,10 +524,12 @@ class _Plan:
         """`start` on ``array``, ``tensor``'s own memory, then finish (AVG divides; the version moves): now, or
         by the `Work`'s ``wait()`` for ``async_op``. A tensor all-reduced again whose bound all-reduce is idle
         (a loop's every call after its second) takes `start`'s steps for that case alone, the agreement being
-        `_Lane.agree`'s common case: with `all_reduce` taking such a plan as the group's hot all-reduce, 1 rank
-        (where MPI's calls return at once, so what is left is mostly Python), 8 KB, 2.35 -> 1.60 us a call,
-        MPI's two persistent collectives alone 0.7; on 2 ranks of the loaded 2-core machine, where the ranks
-        often share a core, Python's cost counts about twice (8 KB: 6.8 -> 5.8 us, the bare two collectives 4.2)."""
+        `_Lane.agree`'s common case, which also compares every rank's readiness byte with the headers: with
+        `all_reduce` taking such a plan as the group's hot all-reduce, 1 rank (where MPI's calls return at once,
+        so what is left is mostly Python), 8 KB, 2.35 -> 1.45 us a call, MPI's two persistent collectives alone
+        0.7; on 2 ranks of the loaded 2-core machine, where the ranks often share a core, Python's cost counts
+        about twice (8 KB: 6.8 -> 5.8 us before the readiness bytes were compared with the headers, the bare two
+        collectives 4.2)."""
         blocks = self.blocks
         lane = blocks.lane
         if self.nbytes <= lane.inline:
@@ -525,10 +538,15 @@ class _Plan:
         bound = self.bound_array
         if bound is not None and not self.busy and bound() is array:
             lane.writable[_READINESS] = 2
-            lane.agree(self.header)
+            everyone = lane.agree(self.header, ready=self.ready_header)
             if self.mid or blocks.streak or lane is not blocks.narrow:
                 blocks.settle(self.mid)
-            request = self.started(lane, array, True)
+            if everyone:  # (every rank can start its bound one: `started`'s first case, without its steps)
+                request = self.bound
+                request.Start()
+                self.busy = True
+            else:
+                request = self.started(lane, array, True)
         else:
             request = self.start(array, "all_reduce", reuse=True)
         if async_op:
