@@ -34,12 +34,13 @@ def timed(fn, repeat):
     return median_time(fn, repeat)
 
 
-def interleaved(fns, repeat, barrier, cpu=None, calls=1):
+def interleaved(fns, repeat, barrier, cpu=None, calls=1, low=None):
     """Median seconds per call of each of ``fns``, called in turn ``repeat`` times after a barrier each (so
     every rank starts together, and a change of the machine's load falls on all of them alike), the order of the
     turn rotating each round: in a fixed order two runs of the same code differed by up to 60% by their place
     (session 47). Each turn makes ``calls`` calls back to back, timed together. With a dict ``cpu``, also the
-    median CPU seconds of this process per call (all its threads: a progress thread's too) into ``cpu[name]``."""
+    median CPU seconds of this process per call (all its threads: a progress thread's too) into ``cpu[name]``;
+    with a dict ``low``, the 10th percentile of the turns' seconds per call into ``low[name]``."""
     times = {name: [] for name in fns}
     cpus = {name: [] for name in fns}
     names = list(fns)
@@ -54,6 +55,8 @@ def interleaved(fns, repeat, barrier, cpu=None, calls=1):
             cpus[name].append((time.process_time() - c0) / calls)
     if cpu is not None:
         cpu.update({name: statistics.median(cs[1:]) for name, cs in cpus.items()})
+    if low is not None:
+        low.update({name: statistics.quantiles(ts[1:], n=10, method="inclusive")[0] for name, ts in times.items()})
     return {name: statistics.median(ts[1:]) for name, ts in times.items()}
 
 
@@ -79,12 +82,13 @@ def allreduce_rows(sizes, repeat):
 
         def agreement():
             collectives.Agreement(pg, "all_reduce", t.dtype, tuple(t.shape), "all_reduce", "SUM").check()
+        low = {}
         row = interleaved({"mpi4py": lambda: MPI.COMM_WORLD.Allreduce(MPI.IN_PLACE, array, op=MPI.SUM),
                            "jitorch": lambda: dist.all_reduce(t), "agreement": agreement,
                            "nonblocking": lambda: wait(MPI.COMM_WORLD.Iallreduce(MPI.IN_PLACE, array, MPI.SUM),
                                                        pg.timeout, "all_reduce")},
-                          repeat, MPI.COMM_WORLD.Barrier, calls=calls_per_turn(nbytes))
-        rows.append({"bytes": nbytes, **row})
+                          repeat, MPI.COMM_WORLD.Barrier, calls=calls_per_turn(nbytes), low=low)
+        rows.append({"bytes": nbytes, **row, "low": low})
     return rows
 
 
@@ -360,13 +364,18 @@ def main(argv=None):
     print("\nall-reduce of float32, 2 ranks (us, wall, median of interleaved turns after a barrier, the order rotating, "
           "a turn 50 calls up to 16 KB, 10 up to 256 KB, 1 above; "
           "share of raw mpi4py's bandwidth; nonblocking: mpi4py's Iallreduce waited for as jitorch waits; agreement: "
-          "jitorch's block alone; torch gloo: measured after every jitorch row, its group made then)")
+          "jitorch's block alone; torch gloo: measured after every jitorch row, its group made then; p10: the share "
+          "from the 10th percentiles of the same turns, the turns least disturbed by other work: on a loaded machine "
+          "mpi4py's blocking Allreduce, which yields the core while it waits, had medians of 10 to 100 times its "
+          "10th percentile, and jitorch's share of the medians up to 1000%)")
     print(f"{'size':>9} {'mpi4py':>9} {'jitorch':>9} {'nonblocking':>12} {'torch gloo':>11} {'agreement':>10} "
-          f"{'jitorch/mpi4py':>15}")
+          f"{'jitorch/mpi4py':>15} {'p10':>5}")
     for row in results[2]["allreduce"]:
         size = f"{row['bytes'] / 2**20:.2f}MB" if row["bytes"] >= 1 << 16 else f"{row['bytes']}B"
+        low = row["low"]
         print(f"{size:>9} {row['mpi4py'] * 1e6:>9.1f} {row['jitorch'] * 1e6:>9.1f} {row['nonblocking'] * 1e6:>12.1f} "
-              f"{row['torch'] * 1e6:>11.1f} {row['agreement'] * 1e6:>10.1f} {row['mpi4py'] / row['jitorch']:>14.0%}")
+              f"{row['torch'] * 1e6:>11.1f} {row['agreement'] * 1e6:>10.1f} {row['mpi4py'] / row['jitorch']:>14.0%} "
+              f"{low['mpi4py'] / low['jitorch']:>5.0%}")
     if args.allreduce:
         return
     print("\nDDP training step of an MLP, the same batch per rank (ms; efficiency = 1-rank time / 2-rank time; "

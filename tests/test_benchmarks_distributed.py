@@ -16,7 +16,8 @@ def test_quick_run_prints_the_three_tables():
                           env=dict(os.environ, PYTHONPATH=str(ROOT)))
     assert done.returncode == 0, done.stderr
     # all-reduce rows (4 B, 64 KB, 1 MB): mpi4py, jitorch, nonblocking, gloo, agreement, jitorch's share of mpi4py's
-    assert len(re.findall(r"^ *(\d+B|\d+\.\d+MB)( +\d+\.\d+){5} +\d+%$", done.stdout, re.M)) == 3, done.stdout
+    # from the medians and from the 10th percentiles
+    assert len(re.findall(r"^ *(\d+B|\d+\.\d+MB)( +\d+\.\d+){5} +\d+% +\d+%$", done.stdout, re.M)) == 3, done.stdout
     for system in ("jitorch eager", "jitorch compiled", "torch eager"):
         assert re.search(rf"^ *{system} +\d+\.\d+ +\d+\.\d+ +\d+%$", done.stdout, re.M), done.stdout
     assert re.search(r"^Overlap on an 8-layer MLP, \d+ buckets, 2 ranks", done.stdout, re.M), done.stdout

@@ -229,8 +229,9 @@ class _Lane:
     median of interleaved runs). A thread world's communicator (`threads`) has one too, so ranks that are
     threads take the same path; a communicator without one gathers per call."""
 
-    def __init__(self, pg, nbytes):
+    def __init__(self, pg, blocks, nbytes):
         size = pg.size()
+        self.pg, self.blocks, self.timeout = pg, blocks, pg.timeout
         self.comm, self.nbytes, self.inline = pg.comm, nbytes, nbytes - 8 * _HEADER
         self.mine = np.zeros(nbytes, np.uint8)
         self.everyone = np.empty((size, nbytes), np.uint8)
@@ -240,6 +241,8 @@ class _Lane:
         # the others' headers: this rank's row is its own block, copied by MPI, which needs no comparing
         self.others = [h for r, h in enumerate(self.headers) if r != pg.rank()]
         self.ready = flat[_READINESS::nbytes]  # every rank's, of an all-reduce through MPI (`_Plan`)
+        # the others' headers and readiness bytes together (`agree`)
+        self.others_ready = [flat[r * nbytes:r * nbytes + _READINESS + 1] for r in range(size) if r != pg.rank()]
         self.written = None  # the header in ``mine`` now: a call like the last writes none
         init = getattr(self.comm, "Allgather_init", None)
         self.persistent = None if init is None else init(self.mine, self.everyone)
@@ -259,6 +262,32 @@ class _Lane:
         self.persistent.Start()
         self.running = True
         return self.persistent
+
+    def agree(self, header, request=None, what="all_reduce", ready=None):
+        """Wait for the all-gather of ``header`` (``request``; None: start it here, the persistent all-gather
+        alone when ``header`` is in the block already, as in a loop's calls); RuntimeError naming each rank's call
+        unless every rank's header is ``header``. ``ready``: ``header`` and this rank's readiness byte (`_Plan`);
+        then whether every other rank's block starts with those same bytes, compared at once."""
+        if request is None:
+            request = self.persistent
+            if self.written is header and not self.running and request is not None:
+                request.Start()
+                self.running = True
+            else:
+                request = self.start(header)
+        wait(request, self.timeout, what)
+        self.running = False
+        if ready is not None:
+            for other in self.others_ready:
+                if other.tobytes() != ready:
+                    break
+            else:
+                return True
+        for other in self.others:
+            if other.tobytes() != header:  # (a memoryview compared with bytes goes byte by byte: 5x slower)
+                self.blocks.settle(False)  # (every rank sees a header unlike its own: all settle alike)
+                raise self.disagreement(header, self.pg, what)
+        return False
 
     def disagreement(self, header, pg, what):
         """The RuntimeError naming each rank's call, from the gathered headers (which differ from ``header``)."""
@@ -303,13 +332,13 @@ class _Blocks:
     initialised at the same place in every rank's order of collectives, as MPI requires."""
 
     def __init__(self, pg):
-        self.narrow = _Lane(pg, BLOCK)
-        self.wide = _Lane(pg, WIDE_BLOCK)
+        self.narrow = _Lane(pg, self, BLOCK)
+        self.wide = _Lane(pg, self, WIDE_BLOCK)
         self.lane = self.narrow
         self.streak = 0  # mid-sized all-reduces agreed on in a row (`settle`)
         self.plans = {}
-        # (weak reference to the array, op, `_Inline`) of the last all-reduce whose data travelled in the lane's
-        # block (`all_reduce`): weak, as a small view's array holds all of its base's memory
+        # (weak reference to the array, op, `_Inline` or `_Plan`) of the last all-reduce of a tensor's own array
+        # through its plan (`all_reduce`): weak, as a small view's array holds all of its base's memory
         self.hot = _COLD
 
     @property
@@ -321,17 +350,11 @@ class _Blocks:
         """Start the current lane's all-gather of ``header`` (`_Lane.start`); its request."""
         return self.lane.start(header)
 
-    def check(self, request, header, pg, what, mid=False):
+    def check(self, request, header, what, mid=False):
         """Wait for every rank's block; RuntimeError naming each rank's call unless every header is ``header``.
         Then the lane of the group's next call (`settle`): ``mid``, the call was an all-reduce of more than
         `INLINE` and at most `WIDE_INLINE` bytes."""
-        lane = self.lane
-        wait(request, pg.timeout, what)
-        lane.running = False
-        for other in lane.others:
-            if other.tobytes() != header:  # (a memoryview compared with bytes goes byte by byte: 5x slower)
-                self.settle(False)  # (every rank sees a header unlike its own: all settle alike)
-                raise lane.disagreement(header, pg, what)
+        self.lane.agree(header, request, what)
         self.settle(mid)
 
     def settle(self, mid):
@@ -385,14 +408,14 @@ class Agreement:
     (a hang, or memory written past a buffer)."""
 
     def __init__(self, pg, kind, dtype, shape, what, op=None, cuda=False):
-        self.pg, self.what = pg, what
+        self.what = what
         self.header = _header(kind, dtype, shape, op, cuda)
         self.blocks = _blocks(pg)
         self.request = self.blocks.start(self.header)
 
     def check(self):
         """Wait for the other ranks' blocks; RuntimeError naming each rank's call when they differ."""
-        self.blocks.check(self.request, self.header, self.pg, self.what)
+        self.blocks.check(self.request, self.header, self.what)
 
 
 def _contiguous_strides(shape, itemsize):
@@ -422,6 +445,7 @@ class _Plan:
         self.header = _header("all_reduce", dtype, shape, op.value)
         self.strides = _contiguous_strides(shape, array_dtype.itemsize)
         self.divisor = pg.size() if op is ReduceOp.AVG else None  # (AVG sums: the caller divides)
+        self.timeout = pg.timeout
         self.in_place = mpi().IN_PLACE
         self.nbytes = math.prod(shape) * array_dtype.itemsize
         self.mid = INLINE < self.nbytes <= WIDE_INLINE  # (`_Blocks.settle`)
@@ -433,6 +457,7 @@ class _Plan:
             # only where the communicator has persistent all-reduces (a thread world's has its all-gather alone)
             self.bindable = self.nbytes <= BOUND_MAX and hasattr(pg.comm, "Allreduce_init")
             self.last = None  # a weak reference to the array of this rank's last call (`run`)
+            self.ready_header = self.header + bytes([2])  # (`run`: every rank's bound one idle)
 
     def inline_on(self, lane):
         """The `_Inline` all-reduce of this signature in ``lane``'s block; None when its data does not fit."""
@@ -441,7 +466,7 @@ class _Plan:
             inline = self.inlines[lane] = _Inline(self, lane)
         return inline
 
-    def start(self, pg, array, what, reuse=False):
+    def start(self, array, what, reuse=False):
         """Agree on this all-reduce and reduce ``array`` (contiguous, of the plan's shape and dtype) in place
         over the ranks: here, from the gathered blocks, when its data travels in them (every rank computes the
         same values), returning None; else returning MPI's started all-reduce, once the agreement has passed.
@@ -454,21 +479,26 @@ class _Plan:
             inline.mine[...] = array
         else:
             lane.writable[_READINESS] = self.readiness(array) if reuse and self.bindable else 0
-        request = blocks.start(self.header)
-        blocks.check(request, self.header, pg, what, self.mid)
+        blocks.check(lane.start(self.header), self.header, what, self.mid)
         if inline is not None:
             inline.reduce(array)
             return None
+        return self.started(lane, array, reuse)
+
+    def started(self, lane, array, reuse):
+        """MPI's all-reduce of ``array``, started once the ranks have agreed in ``lane``: the bound one when every
+        rank's block said it can start its own (`readiness`), a new bound one when every rank gave its last
+        call's array again, else a non-blocking one."""
         everyone = min(lane.ready)  # (the same on every rank)
         if everyone == 0:
             if reuse and self.bindable:
                 self.last = weakref.ref(array)
                 if not self.busy and self.bound is not None and self.bound_array() is not array:
                     self.unbind()  # (its array, which mpi4py keeps alive, is freed now)
-            return pg.comm.Iallreduce(self.in_place, array, self.mpi_op)
+            return self.pg.comm.Iallreduce(self.in_place, array, self.mpi_op)
         if everyone == 1:
             self.unbind()
-            self.bound = pg.comm.Allreduce_init(self.in_place, array, self.mpi_op)
+            self.bound = self.pg.comm.Allreduce_init(self.in_place, array, self.mpi_op)
             self.bound_array = weakref.ref(array)
         self.bound.Start()
         self.busy = True
@@ -492,15 +522,36 @@ class _Plan:
 
     def run(self, tensor, array, async_op):
         """`start` on ``array``, ``tensor``'s own memory, then finish (AVG divides; the version moves): now, or
-        by the `Work`'s ``wait()`` for ``async_op``."""
-        pg = self.pg
-        inline = self.inline_on(self.blocks.lane)
-        if inline is not None:
-            return inline.run(tensor, array, async_op)
-        request = self.start(pg, array, "all_reduce", reuse=True)
+        by the `Work`'s ``wait()`` for ``async_op``. A tensor all-reduced again whose bound all-reduce is idle
+        (a loop's every call after its second) takes `start`'s steps for that case alone, the agreement being
+        `_Lane.agree`'s common case, which also compares every rank's readiness byte with the headers: with
+        `all_reduce` taking such a plan as the group's hot all-reduce, 1 rank (where MPI's calls return at once,
+        so what is left is mostly Python), 8 KB, 2.35 -> 1.45 us a call, MPI's two persistent collectives alone
+        0.7; on 2 ranks of the loaded 2-core machine, where the ranks often share a core, Python's cost counts
+        about twice (8 KB: 6.8 -> 5.8 us before the readiness bytes were compared with the headers, the bare two
+        collectives 4.2)."""
+        blocks = self.blocks
+        lane = blocks.lane
+        if self.nbytes <= lane.inline:
+            return self.inline_on(lane).run(tensor, array, async_op)
+        timeout = self.timeout
+        bound = self.bound_array
+        if bound is not None and not self.busy and bound() is array:
+            lane.writable[_READINESS] = 2
+            everyone = lane.agree(self.header, ready=self.ready_header)
+            if self.mid or blocks.streak or lane is not blocks.narrow:
+                blocks.settle(self.mid)
+            if everyone:  # (every rank can start its bound one: `started`'s first case, without its steps)
+                request = self.bound
+                request.Start()
+                self.busy = True
+            else:
+                request = self.started(lane, array, True)
+        else:
+            request = self.start(array, "all_reduce", reuse=True)
         if async_op:
-            return Work([request], lambda: self.finish(tensor, array), pg.timeout, "all_reduce", [tensor])
-        wait(request, pg.timeout, "all_reduce")
+            return Work([request], lambda: self.finish(tensor, array), timeout, "all_reduce", [tensor])
+        wait(request, timeout, "all_reduce")
         self.finish(tensor, array)
         return None
 
@@ -508,7 +559,7 @@ class _Plan:
         self.busy = False
         if self.divisor is not None:
             np.divide(array, self.divisor, out=array)  # in place: ``array / size`` made a second buffer
-        tensor._bump_version()
+        tensor._storage._version += 1  # (`Tensor._bump_version`)
 
 
 class _Inline:
@@ -545,7 +596,8 @@ class _Inline:
         """`_Plan.start`'s and `_Plan.finish`'s steps written out: at 4 bytes the Python around MPI's all-gather
         was more than the all-gather itself (2 ranks, session 48: 4.5 us a call against mpi4py's blocking
         Allreduce's 3.1). Each call less (the all-gather's start, the reduction's lambda, the tensor's version)
-        took 30 to 100 ns of it."""
+        took 30 to 100 ns of it: so `_Lane.agree`'s steps are written out here too (calling it, 1 rank, 4 B:
+        1.13 against 1.10 us; 2 ranks, loaded machine, 10th percentile 2.50-2.65 against 2.45-2.47)."""
         lane, header, scalar = self.lane, self.header, self.scalar
         if scalar is None:
             self.mine[...] = array
@@ -698,9 +750,9 @@ def all_reduce(tensor, op=ReduceOp.SUM, group=None, async_op=False):
     # the checks of `_all_reduce` passed), so only what moves the data runs
     blocks = getattr(World.WORLD if group is None else group, "signatures", None)  # (None: not a group's member)
     if blocks is not None:
-        # the group's last inline all-reduce, of the same array: a tensor's cached array is dropped whenever its
-        # memory, shape or strides change, so the same array object is the same signature and the same memory
-        # (2 ranks, 4 B: 0.5 us of the lookup below against 0.1)
+        # the group's last all-reduce through a plan, of the same array: a tensor's cached array is dropped
+        # whenever its memory, shape or strides change, so the same array object is the same signature and the
+        # same memory (2 ranks, 4 B: 0.5 us of the lookup below against 0.1)
         hot, array = blocks.hot, tensor._arr
         if array is hot[0]() and op is hot[1] and array is not None:
             return hot[2].run(tensor, array, async_op)
@@ -710,10 +762,9 @@ def all_reduce(tensor, op=ReduceOp.SUM, group=None, async_op=False):
                 array = tensor._array()
                 if array.dtype is plan.array_dtype and array.strides == plan.strides:
                     inline = plan.inline_on(blocks.lane)
-                    if inline is None:
-                        return plan.run(tensor, array, async_op)
-                    blocks.hot = (weakref.ref(array), op, inline)
-                    return inline.run(tensor, array, async_op)
+                    run = plan if inline is None else inline
+                    blocks.hot = (weakref.ref(array), op, run)
+                    return run.run(tensor, array, async_op)
     return _all_reduce(tensor, op, group, async_op)
 
 
@@ -729,7 +780,7 @@ def _all_reduce(tensor, op=ReduceOp.SUM, group=None, async_op=False):
     plan = _plan(pg, tensor.dtype, tuple(tensor._shape), op, array.dtype)
     if array is tensor._array():  # the tensor's own memory
         return plan.run(tensor, array, async_op)
-    request = plan.start(pg, array.reshape(plan.shape), what)  # (a 0-d tensor's copy is 1-d: a view of it)
+    request = plan.start(array.reshape(plan.shape), what)  # (a 0-d tensor's copy is 1-d: a view of it)
     return _run(pg, [] if request is None else [request], _finisher(op, array, pg.size(), write_back), async_op,
                 what, [tensor])
 
@@ -740,7 +791,7 @@ def all_reduce_started(pg, array, op, dtype, shape, what):
     rank order (every rank computes the same values) when it fits in one (`INLINE`), returning None; else
     returning MPI's started all-reduce, once the agreement has passed."""
     plan = _plan(pg, dtype, tuple(shape), op, array.dtype)
-    return plan.start(pg, array.reshape(plan.shape), what)  # (a view: a 0-d tensor's contiguous copy is 1-d)
+    return plan.start(array.reshape(plan.shape), what)  # (a view: a 0-d tensor's contiguous copy is 1-d)
 
 
 _UFUNCS = {"SUM": np.add, "AVG": np.add, "PRODUCT": np.multiply, "MIN": np.minimum, "MAX": np.maximum,

@@ -14,12 +14,11 @@ import time
 
 import numpy as np
 
-POLLS = 8  # MPI_Test calls between two looks at the clock
+POLLS = 8  # MPI_Test calls between two looks at the clock, and between two yields of the core (`wait`)
 # MPI_Test calls before the first look at the clock (about 3 us): a small collective's partner answers within
 # them, and the clock and the loop's ranges were a quarter of a 4 B all-reduce's wait (2 ranks, loaded machine,
 # a persistent all-gather of 1 KB: spinning on Test 1.00 us, the wait that read the clock after one Test 1.34)
 _SPIN = range(32)
-YIELD_AFTER = 50e-6  # seconds of waiting after which a wait yields the core between polls (see `wait`)
 
 def mpi():
     """The mpi4py ``MPI`` module (importing it initialises MPI, so it loads on first use)."""
@@ -87,13 +86,18 @@ def wait(request, timeout, what):
 
     The wait is MPI's ``Test`` called in a loop: MPICH's blocking wait polls the same way, so this is as fast,
     measured both ways, and only a loop here can stop at a deadline and raise. Each ``Test`` also advances
-    MPI's other started requests. After ``YIELD_AFTER`` seconds it yields the core every ``POLLS`` tests, as
-    MPICH's own blocking wait does between polls (the first `_SPIN` tests only spin): when more threads want
-    the cores than there are (a loaded machine), a rank that only spun would keep its core from the peer it
-    waits for until the scheduler took it away. Measured on 2 ranks of the loaded 2-core machine, torch's gloo
-    group in the same processes, the median of 30 all-reduces of 1 MB each after a barrier: spinning 29 ms,
-    yielding after 50 us 5.1 ms, mpi4py's blocking Allreduce 4.8 ms; where the ranks got the cores, 0.28, 0.16
-    and 3.6 ms (a quiet machine has nothing to yield to: ``sched_yield`` returns at once)."""
+    MPI's other started requests. After the first `_SPIN` tests (about 3 us) it yields the core every ``POLLS``
+    tests, as MPICH's own blocking wait does between polls: when more threads want the cores than there are (a
+    loaded machine), a rank that only spun would keep its core from the peer it waits for until the scheduler
+    took it away. Measured on 2 ranks of the loaded 2-core machine, torch's gloo group in the same processes,
+    the median of 30 all-reduces of 1 MB each after a barrier: spinning 29 ms, yielding after 50 us 5.1 ms,
+    mpi4py's blocking Allreduce 4.8 ms; where the ranks got the cores, 0.28, 0.16 and 3.6 ms (a quiet machine
+    has nothing to yield to: ``sched_yield`` returns at once). Yielding after 50 us rather than at once was
+    the worst case of all where both ranks run on one core, which this VM's scheduler often does of itself
+    (it wakes a thread on its waker's core), and ``taskset -c 0`` does always: each wait spun 50 us before the
+    peer could run. 2 ranks on one core, interleaved with mpi4py's blocking Allreduce on the same buffer, share
+    of its time: 4 B 14% -> 68%, 8 KB 9% -> 50%, 64 KB 18% -> 69%; on two cores alike (4 B 98-101% against
+    95-97%, 8 KB 93-95% against 89-92%, 64 KB 100-102% against 100-104%, 10th percentiles of 2-4 runs)."""
     test = request.Test
     try:
         for _ in _SPIN:
@@ -104,14 +108,12 @@ def wait(request, timeout, what):
             for _ in range(POLLS):
                 if test():
                     return
-            waited = time.monotonic() - start
-            if waited > timeout:
+            if time.monotonic() - start > timeout:
                 # an MPI request stays pending (`broken`); a thread world's (`threads`) says what it needs instead
                 getattr(request, "abandon", broken)()
                 raise RuntimeError(f"jitorch.distributed: {what} timed out after {timeout:.0f} s: a rank died, or "
                                    "did not call the same collective")
-            if waited > YIELD_AFTER:
-                os.sched_yield()
+            os.sched_yield()
     except mpi().Exception as error:
         raise RuntimeError(f"jitorch.distributed: {what} failed in MPI: {error}") from error
 

@@ -20,11 +20,11 @@ def check(got, expected):
 check.passed = 0
 
 
-def raises(message, call):
-    """``call()`` raises RuntimeError with ``message`` on this rank; counts the check."""
+def raises(message, call, kind=RuntimeError):
+    """``call()`` raises ``kind`` with ``message`` on this rank; counts the check."""
     try:
         call()
-    except RuntimeError as error:
+    except kind as error:
         assert message in str(error), (message, str(error))
         check.passed += 1
     else:
