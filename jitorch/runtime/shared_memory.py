@@ -173,18 +173,29 @@ def _drop_stale_views(roots):
     ``_arr`` and a ``_storage``: the runtime does not import the tensor type, which lives above it; this module
     does not import the storage type either, which builds on it).
     """
-    holders = list(roots)
-    while holders:
-        ids = {id(h) for h in holders}
-        reinterpretations = []
-        for obj in gc.get_referrers(*holders):
-            if hasattr(obj, "read_root"):  # a storage reinterpreting one of them (``x.view(dtype)``)
-                if id(obj) not in ids and id(obj.root) in ids:
-                    obj.read_root()
-                    reinterpretations.append(obj)
-            elif hasattr(type(obj), "_arr") and id(getattr(obj, "_storage", None)) in ids:
-                obj._arr = None
-        holders = reinterpretations
+    # gc.get_referrers skips the objects a gc.freeze() put in the permanent generation (as users freeze before
+    # forking workers): a frozen tensor or reinterpretation kept reading the old buffer. They are searched too,
+    # and frozen again after, with the objects made since the user's freeze (which the collector then leaves
+    # alone as it does the others).
+    frozen = gc.get_freeze_count()
+    if frozen:
+        gc.unfreeze()
+    try:
+        holders = list(roots)
+        while holders:
+            ids = {id(h) for h in holders}
+            reinterpretations = []
+            for obj in gc.get_referrers(*holders):
+                if hasattr(obj, "read_root"):  # a storage reinterpreting one of them (``x.view(dtype)``)
+                    if id(obj) not in ids and id(obj.root) in ids:
+                        obj.read_root()
+                        reinterpretations.append(obj)
+                elif hasattr(type(obj), "_arr") and id(getattr(obj, "_storage", None)) in ids:
+                    obj._arr = None
+            holders = reinterpretations
+    finally:
+        if frozen:
+            gc.freeze()
 
 
 def new_shared(storage_type, count, dtype):

@@ -676,10 +676,16 @@ def _api(driver, name, method):
 
 
 def _kernel_of(ptx, entry):
-    """The live jitorch kernel object whose PTX is ``ptx`` with entry ``entry`` (what the emulator runs)."""
-    for obj in gc.get_objects():
-        if isinstance(obj, GeneratedKernel) and obj.name == entry and obj.asm.rstrip("\0") == ptx:
-            return obj
+    """The live jitorch kernel object whose PTX is ``ptx`` with entry ``entry`` (what the emulator runs).
+    gc.get_objects() leaves out objects frozen out of the collector (tests/conftest.py freezes the heap after
+    collection and after a test that imported many modules): a kernel made before a freeze and loaded after it
+    is found once they are unfrozen."""
+    for search in range(2):
+        if search:
+            gc.unfreeze()
+        for obj in gc.get_objects():
+            if isinstance(obj, GeneratedKernel) and obj.name == entry and obj.asm.rstrip("\0") == ptx:
+                return obj
     raise LookupError(f"fake driver: no live jitorch kernel has the PTX of entry {entry}")
 
 
