@@ -2,6 +2,8 @@
 cache's folder (`codegen.pycode`), not from Python's compiler, in every process after the first."""
 
 import marshal
+import weakref
+from types import SimpleNamespace
 
 import pytest
 
@@ -93,3 +95,42 @@ def test_a_compiled_graphs_call_comes_from_the_cache(store):
     assert calls and [name for name in compiles if not name.startswith("<jitorch op") and "convert" not in name] == calls
     assert first.numpy().tobytes() == second.numpy().tobytes()
     assert abs(first.numpy() - ((x.numpy() * 2).sum(1) + 1)).max() < 1e-5
+
+
+def test_a_compile_leaves_no_self_referencing_closures_to_the_cyclic_collector():
+    """Regression: `substitute`'s and `_nodes_described`'s helpers were nested functions calling themselves, each a
+    reference cycle (function, cell) holding what it closed over: 11,000 of the 13,800 objects the collector freed
+    after a GPT training step's compile. Now refcounting frees them as they go."""
+    import gc
+    from jitorch.codegen.kernel import _nodes_described
+    from jitorch.ir.graph import Graph
+    from jitorch.ir.passes.rewrite import substitute
+    from jitorch.ir.values import TensorType
+    g = Graph()
+    t = TensorType((2, 3), jt.float32, jt.device("cpu"))
+    x, y = g.add_input(t, "x"), g.add_input(t, "y")
+    node = g.add_node(registry.OPS["add"], [x, [y, (x, 2.0)]], [t])
+    group = SimpleNamespace(inputs=[x, y], nodes=[node])
+    described = _nodes_described(group)[2]
+    assert described == (("add", (("v", 0), ("list", (("v", 1), ("tuple", (("v", 0), ("float", "2.0")))))), 1),)
+
+    class Resolve(dict):  # (a rewriter's resolver holds its graph)
+        def __call__(self, v):
+            return self.get(v)
+    resolve = Resolve({x: y, y: x})
+    held = weakref.ref(resolve)
+    gc.collect()
+    gc.disable()
+    gc.set_debug(gc.DEBUG_SAVEALL)
+    try:
+        assert substitute(node.args, resolve) == (y, [x, (y, 2.0)])
+        del resolve
+        assert held() is None  # (freed at once, not by the collector)
+        assert _nodes_described(group)[2] == described
+        gc.collect()
+        # (other tests' threads may leave garbage meanwhile; none of it jitorch's functions)
+        assert not [f for f in gc.garbage if type(f).__name__ == "function" and f.__module__.startswith("jitorch")]
+    finally:
+        gc.set_debug(0)
+        gc.garbage.clear()
+        gc.enable()
