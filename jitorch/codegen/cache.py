@@ -1,8 +1,8 @@
 """Cache of compiled kernels' object code: a bounded dict in front of a folder on disk.
 
 A second process compiling the same kernel finds its machine code here and
-skips LLVM. Entries live at ``<dir>/<key[:2]>/<key>.jitk``; each file is a
-header, the entry's key, then the payload (little-endian)::
+skips LLVM. Entries live at ``<dir>/<key[:2]>/<key>.jitk`` (generated Python's code objects, `pycode`, at
+``<key>.jitpy``); each file is a header, the entry's key, then the payload (little-endian)::
 
     magic b"JITK" | format version (uint32) | payload length (uint64) | SHA-256 of the payload
     | SHA-256 of the source | key length (uint16) | key (ASCII) | payload
@@ -47,6 +47,9 @@ MAGIC = b"JITK"
 FORMAT_VERSION = 2
 _HEADER = struct.Struct("<4sIQ32s32sH")
 _SUFFIX = ".jitk"
+# The suffixes of every kind of entry in the folder (`clear` removes them all): object code's, and generated Python's
+# code objects' (`pycode`), kept apart so that what counts or lists one kind never meets the other.
+SUFFIXES = (_SUFFIX, ".jitpy")
 # Keys become file names, so only lowercase hex (what `cache_key` returns) is accepted.
 _KEY = re.compile(r"[0-9a-f]{4,128}")
 _SHARD = re.compile(r"[0-9a-f]{2}")
@@ -135,8 +138,12 @@ class KernelCache:
     raises for bad disk content and `put` never raises for an unusable folder.
     """
 
-    def __init__(self, directory: str | os.PathLike | None = None, memory_limit: int = MEMORY_LIMIT):
+    def __init__(self, directory: str | os.PathLike | None = None, memory_limit: int = MEMORY_LIMIT,
+                 suffix: str = _SUFFIX):
+        if suffix not in SUFFIXES:
+            raise ValueError(f"KernelCache: suffix must be one of {SUFFIXES}, got {suffix!r}")
         self.directory = Path(directory) if directory is not None else cache_dir()
+        self.suffix = suffix
         # key -> (payload, source digest), weighed by the payload's bytes
         self._memory = BoundedMemo(memory_limit, size=lambda entry: len(entry[0]))
         self._lock = threading.Lock()
@@ -157,7 +164,7 @@ class KernelCache:
         if hit is not None and hit[1] == digest:
             self._count("memory_hits")
             return hit[0]
-        data = _read_entry(self.directory, key, digest, limit) if self.directory is not None else None
+        data = _read_entry(self._path(key), key, digest, limit) if self.directory is not None else None
         if data is None:
             self._count("misses")
             return None
@@ -188,13 +195,13 @@ class KernelCache:
         self._memory.clear()
         for shard in self._shards():
             for entry in _scandir(shard.path):
-                if entry.name.endswith((_SUFFIX, _TMP_SUFFIX)):
+                if entry.name.endswith((*SUFFIXES, _TMP_SUFFIX)):
                     _remove(os.unlink, entry.path)
             _remove(os.rmdir, shard.path)  # left in place if something else lives there
 
     def info(self) -> CacheInfo:
         """Entry count and size on disk, with this process's hit and miss counts."""
-        sizes = [_size(e) for shard in self._shards() for e in _scandir(shard.path) if e.name.endswith(_SUFFIX)]
+        sizes = [_size(e) for shard in self._shards() for e in _scandir(shard.path) if e.name.endswith(self.suffix)]
         with self._lock:
             return CacheInfo(self.directory, len(sizes), sum(sizes), len(self._memory), self._memory.total,
                              **self._counts)
@@ -205,7 +212,7 @@ class KernelCache:
         return self._memory.limit
 
     def _path(self, key: str) -> Path:
-        return self.directory / key[:2] / (key + _SUFFIX)
+        return self.directory / key[:2] / (key + self.suffix)
 
     def _shards(self):
         if self.directory is None:
@@ -228,10 +235,10 @@ def _check_key(key) -> None:
         raise ValueError(f"KernelCache: a key is 4 to 128 lowercase hex digits (see cache_key), got {key!r}")
 
 
-def _read_entry(directory: Path, key: str, digest: bytes, limit: int | None = None) -> bytes | None:
-    """The payload of ``key``'s entry if it is a regular file made for ``key`` from the source of ``digest``
-    (and of at most ``limit`` bytes)."""
-    fd = _open_regular(directory / key[:2], key + _SUFFIX)
+def _read_entry(path: Path, key: str, digest: bytes, limit: int | None = None) -> bytes | None:
+    """The payload of ``key``'s entry at ``path`` if it is a regular file made for ``key`` from the source of
+    ``digest`` (and of at most ``limit`` bytes)."""
+    fd = _open_regular(path.parent, path.name)
     if fd is None:
         return None
     with open(fd, "rb") as f:

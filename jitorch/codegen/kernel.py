@@ -1568,24 +1568,28 @@ def _nodes_described(group):
     None where one reads a value from outside the group or an argument without an exact repr)."""
     values = list(group.inputs) + [v for node in group.nodes for v in node.outputs]
     labels = {v: i for i, v in enumerate(values)}
-
-    def arg(a):
-        if isinstance(a, Value):
-            return ("v", labels[a])
-        if type(a) in _EXACT:
-            return (type(a).__name__, repr(a))
-        if type(a) in (tuple, list):
-            return (type(a).__name__, tuple(arg(x) for x in a))
-        if isinstance(a, _dt.dtype):
-            return ("dtype", a.name)
-        if isinstance(a, _device):
-            return ("device", a.type, a.index)
-        raise _Unsignable(type(a).__name__)
     try:
-        nodes = tuple((node.op.name, tuple(arg(a) for a in node.args), len(node.outputs)) for node in group.nodes)
+        nodes = tuple((node.op.name, tuple(_arg_described(a, labels) for a in node.args), len(node.outputs))
+                      for node in group.nodes)
     except (KeyError, _Unsignable):
         nodes = None
     return values, labels, nodes
+
+
+def _arg_described(a, labels):
+    """`_nodes_described`'s description of an argument (a module function: a nested one calling itself is a
+    reference cycle, left to the cyclic collector)."""
+    if isinstance(a, Value):
+        return ("v", labels[a])
+    if type(a) in _EXACT:
+        return (type(a).__name__, repr(a))
+    if type(a) in (tuple, list):
+        return (type(a).__name__, tuple(_arg_described(x, labels) for x in a))
+    if isinstance(a, _dt.dtype):
+        return ("dtype", a.name)
+    if isinstance(a, _device):
+        return ("device", a.type, a.index)
+    raise _Unsignable(type(a).__name__)
 
 
 def _flat_length(group, values, layouts):

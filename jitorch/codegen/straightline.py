@@ -25,6 +25,8 @@ the call is 346 lines, compiled in 7 ms.
 
 from __future__ import annotations
 
+from .pycode import compiled
+
 
 class Source:
     """Python source under construction, and the objects its names stand for."""
@@ -94,7 +96,7 @@ class Source:
         (the function, its source). One body may be compiled with several heads and tails."""
         text = "".join(self._definitions) + f"def {name}({params}):\n" + "\n".join(
             ["    " + line for line in head] + self.lines + ["    " + line for line in tail]) + "\n"
-        code = compile(text, f"<jitorch {name}>", "exec")
+        code = compiled(text, f"<jitorch {name}>")
         exec(code, self.namespace)  # noqa: S102 - our own generated source, as torch.fx's codegen
         for table, calls in self._tables:
             table[:] = [(self.namespace[f] if isinstance(f, str) else f, tuple(self.namespace[n] for n in names))

@@ -33,13 +33,16 @@ def fake_of_type(type):
 
 def fake_args(args):
     """The arguments with each value (nested lists and tuples too) replaced by a compact fake tensor of its type."""
-    def one(a):
-        if isinstance(a, Value):
-            return fake_of_type(a.type)
-        if isinstance(a, (list, tuple)):
-            return type(a)(one(x) for x in a)
-        return a
-    return [one(a) for a in args]
+    return [_faked(a) for a in args]
+
+
+def _faked(a):
+    # (a module function: a nested one calling itself is a reference cycle, left to the cyclic collector)
+    if isinstance(a, Value):
+        return fake_of_type(a.type)
+    if isinstance(a, (list, tuple)):
+        return type(a)(_faked(x) for x in a)
+    return a
 
 
 

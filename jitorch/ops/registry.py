@@ -374,6 +374,9 @@ def _make_converter(op):
 # (a converter of one Tensor-or-number argument, a unary op's variant) share it, each run in its own globals.
 # (A trace's first call generated 97 functions, 71 texts, at ~0.15 ms of Python's compiler each.)
 _CODES: dict = {}
+# How a new text is compiled: Python's compiler, or, once the code generator is loaded, its cache of code objects
+# kept between processes (`codegen.pycode`: a warm process's first trace skips the compiler).
+COMPILE = [lambda src, filename: compile(src, filename, "exec")]
 # The name a variant is compiled under, so that variants of several ops share one text (see `define`).
 _GENERATED = "_jitorch_generated"
 
@@ -384,7 +387,7 @@ def define(src, defined, name, filename, env):
     per process (`_CODES`): only its names differ between the ops that share it."""
     code = _CODES.get(src)
     if code is None:
-        code = _CODES[src] = compile(src, filename, "exec")
+        code = _CODES[src] = COMPILE[0](src, filename)
     exec(code, env)
     fn = env.pop(defined)
     if fn.__code__.co_filename != filename or fn.__name__ != name:

@@ -138,7 +138,8 @@ def _values(arg):
 def _counting_compiles(monkeypatch):
     compiled = []
     monkeypatch.setattr(registry, "_CODES", {})
-    monkeypatch.setattr(registry, "compile", lambda *a: compiled.append(a[1]) or compile(*a), raising=False)
+    monkeypatch.setattr(registry, "COMPILE", [lambda src, filename: compiled.append(filename) or
+                                              compile(src, filename, "exec")])
     return compiled
 
 

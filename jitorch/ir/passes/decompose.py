@@ -156,60 +156,65 @@ def _template_key(node):
     """(the template key of ``node``, its values in first-position order), or (None, ...) where an argument
     is no value, literal or list of them with an exact hash."""
     positions = {}
-
-    def one(a):
-        if isinstance(a, Value):
-            return ("v", positions.setdefault(a, len(positions)), a.type)
-        if isinstance(a, (list, tuple)):
-            return (type(a).__name__, tuple(one(x) for x in a))
-        if a is None or type(a) in (bool, int, str, _dt.dtype):
-            return (type(a).__name__, a)
-        if type(a) is float:
-            return ("float", a.hex())  # (-0.0 and 0.0 differ; NaN equals NaN)
-        raise TypeError(type(a).__name__)
     try:
-        return (node.op, tuple(one(a) for a in node.args), _dt.get_default_dtype()), list(positions)
+        return (node.op, tuple(_keyed(a, positions) for a in node.args), _dt.get_default_dtype()), list(positions)
     except TypeError:
         return None, list(positions)
+
+
+# (`_template_key`'s, `_make_template`'s and `_instantiate`'s recursions are module functions: a nested function
+# calling itself is a reference cycle, with all it closes over left to the cyclic collector)
+def _keyed(a, positions):
+    if isinstance(a, Value):
+        return ("v", positions.setdefault(a, len(positions)), a.type)
+    if isinstance(a, (list, tuple)):
+        return (type(a).__name__, tuple(_keyed(x, positions) for x in a))
+    if a is None or type(a) in (bool, int, str, _dt.dtype):
+        return (type(a).__name__, a)
+    if type(a) is float:
+        return ("float", a.hex())  # (-0.0 and 0.0 differ; NaN equals NaN)
+    raise TypeError(type(a).__name__)
 
 
 def _make_template(inputs, nodes, values):
     """The template of a decomposition's ``nodes`` and result ``values`` over ``inputs`` (None where a node
     reads a value neither of them defines)."""
     slots = {v: _Slot(None, i) for i, v in enumerate(inputs)}
-
-    def slot(a):
-        if isinstance(a, Value):
-            return slots[a]
-        if isinstance(a, (list, tuple)):
-            return type(a)(slot(x) for x in a)
-        return a
     try:
         made = []
         for k, n in enumerate(nodes):
-            made.append((n.op, tuple(slot(a) for a in n.args), [o.type for o in n.outputs]))
+            made.append((n.op, tuple(_slotted(a, slots) for a in n.args), [o.type for o in n.outputs]))
             slots.update((o, _Slot(k, j)) for j, o in enumerate(n.outputs))
         return made, [slots[v] for v in values]
     except KeyError:
         return None
 
 
+def _slotted(a, slots):
+    if isinstance(a, Value):
+        return slots[a]
+    if isinstance(a, (list, tuple)):
+        return type(a)(_slotted(x, slots) for x in a)
+    return a
+
+
 def _instantiate(graph, template, inputs):
     """The nodes and result values of a template over ``inputs``, named in ``graph``."""
     made_nodes, results = template
     nodes = []
-
-    def fill(a):
-        if isinstance(a, _Slot):
-            return inputs[a.i] if a.node is None else nodes[a.node].outputs[a.i]
-        if isinstance(a, (list, tuple)):
-            return type(a)(fill(x) for x in a)
-        return a
     for op, args, types in made_nodes:
-        node = Node(op, [fill(a) for a in args])
+        node = Node(op, [_filled(a, inputs, nodes) for a in args])
         node.outputs = [Value(graph._fresh(), t, node, j) for j, t in enumerate(types)]
         nodes.append(node)
-    return nodes, [fill(r) for r in results]
+    return nodes, [_filled(r, inputs, nodes) for r in results]
+
+
+def _filled(a, inputs, nodes):
+    if isinstance(a, _Slot):
+        return inputs[a.i] if a.node is None else nodes[a.node].outputs[a.i]
+    if isinstance(a, (list, tuple)):
+        return type(a)(_filled(x, inputs, nodes) for x in a)
+    return a
 
 
 def _trace(graph, node, decompose):

@@ -29,13 +29,17 @@ _EFFECTS = ("random", "check")
 
 def substitute(args, resolve):
     """``args`` with every Value ``v`` replaced by ``resolve(v)``, inside lists and tuples too."""
-    def one(a):
-        if isinstance(a, Value):
-            return resolve(a)
-        if isinstance(a, (list, tuple)):
-            return type(a)(one(x) for x in a)
-        return a
-    return tuple(one(a) for a in args)
+    return tuple(_substituted(a, resolve) for a in args)
+
+
+def _substituted(a, resolve):
+    # (a module function: a nested one that calls itself is a reference cycle, through its cell, which only the
+    # cyclic collector frees, with the ``resolve`` it holds: 11,000 such objects of a GPT step's compile)
+    if isinstance(a, Value):
+        return resolve(a)
+    if isinstance(a, (list, tuple)):
+        return type(a)(_substituted(x, resolve) for x in a)
+    return a
 
 
 class Rewriter:
