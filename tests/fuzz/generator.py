@@ -991,7 +991,7 @@ class Generator:
         elif kind == "one-hot":
             q = literal(np.random.default_rng(r.randrange(1 << 30)).integers(-1, c + 2, size=(rows, 1)), "int64")
             w = f"{x}.{r.choice(('sum', 'amax'))}(-1, keepdim=True)"
-            expr = f"T.where(T.arange({c}) == {q}, {w}, 0).sum({r.choice((-1, 1, (1,)))!r}, " \
+            expr = f"T.where(T.arange({c}, device=D) == {q}, {w}, 0).sum({r.choice((-1, 1, (1,)))!r}, " \
                    f"keepdim={r.random() < 0.5})"
         else:  # (the source's dims split or merged: a reshape the reduced dims cross)
             shape = list(v.shape[:-1]) + list(_factor(c, r)) if r.random() < 0.5 else [rows, c]
