@@ -1,0 +1,80 @@
+"""Session 53's fuzz campaigns: the generator's one-hot loss pattern on the emulated GPU (a device it left out hid
+every CUDA check of the programs holding it), and the convolution patterns (``--convs``,
+`generator.Generator.conv_pattern`) that neither the program fuzzer nor the model fuzzer drew before: 1-d and 2-d
+convolutions, transposed or not, channels-last half the time, checked in every mode with their gradients and the
+parts they reach (`reach.Reach`)."""
+
+import warnings
+from dataclasses import replace
+
+import pytest
+
+from tests.fuzz.generator import _with_grad, generate, valid
+from tests.fuzz.oracle import CPU_MODES, MODES, check
+from tests.fuzz.reach import Reach
+
+
+@pytest.fixture(autouse=True)
+def _quiet():
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        yield
+
+
+def _alone(program, tag, which=0):
+    """``program`` reduced to its ``which``-th statement tagged ``tag``, returning what it defines."""
+    stmt = [s for s in program.body if s.tag == tag][which]
+    alone = _with_grad(program.with_body((stmt,), stmt.defines))
+    assert valid(alone)
+    return alone
+
+
+def test_one_hot_loss_pattern_runs_on_the_emulated_gpu_seed_53000009():
+    """Fuzz seed 53000009 (``--cuda --losses 0.15 --nets 0.15 --chains 0.1 --out-views 0.3``, and 11 more of the
+    first 57): the one-hot pattern ``T.where(T.arange(c) == q, w, 0).sum(...)`` made its ``arange`` on the CPU, so
+    both CUDA modes raised a device mismatch that torch, on the CPU, did not: a generator bug, which hid each such
+    program's CUDA checks. The ``arange`` is now on the program's device, and the statement runs alike in every
+    mode, the emulated GPU's included (no gradient run: the error was the forward's)."""
+    program, _ = generate(53000009, chains=0.1, out_views=0.3, losses=0.15, nets=0.15)
+    alone = replace(_alone(program, "loss one-hot"), grad=False)
+    assert "T.arange(4, device=D)" in alone.body[0].lines[0]
+    found = check(alone, MODES).mismatches
+    assert not found, "\n".join(str(m) for m in found)
+
+
+def test_convolution_patterns_are_drawn_and_accepted():
+    """Over a few seeds the convolution patterns are drawn, torch runs most of them, and they take every form:
+    1-d and 2-d, transposed, channels-last input (made contiguous so or a permuted view), grouped, 'same' padded."""
+    attempts = accepted = 0
+    text = ""
+    for seed in range(6):
+        program, g = generate(seed, 6, convs=0.6)
+        attempts, accepted = attempts + g.attempts.get("conv", 0), accepted + g.accepted.get("conv", 0)
+        text += "\n".join(line for s in program.body if s.tag == "conv" for line in s.lines)
+    assert accepted >= 0.8 * attempts > 0
+    for form in ("conv1d(", "conv2d(", "conv_transpose", "memory_format=T.channels_last", ".permute(0, 3, 1, 2)",
+                 "groups=2", "padding='same'"):
+        assert form in text, form
+
+
+def test_without_convs_a_seed_draws_the_program_it_drew_before():
+    """``convs=0`` draws nothing more from the seed's generator: the suite's seeds and earlier reports still hold."""
+    for seed, options in ((0, {}), (9680017, {"nets": 0.5}), (45100340, {"losses": 0.4})):
+        program, g = generate(seed, **options)
+        assert program == generate(seed, convs=0.0, **options)[0]
+        assert "conv" not in g.attempts
+
+
+def test_channels_last_grouped_convolution_runs_alike_with_its_gradients_seed_53800004():
+    """Seed 53800004's (``convs=0.9``, 4 statements) second convolution: a channels-last input and weight, two
+    groups, dilation 2, 'same' padding: torch, eager, compiled and the interpreter agree on values, layouts and
+    the gradients of the input, weight and bias (all read from ``x1``); the compiled call traces the convolution
+    of a channels-last input and is cut into a forward saving values for its backward."""
+    program, _ = generate(53800004, 4, convs=0.9)
+    alone = _alone(program, "conv", 1)
+    assert "contiguous(memory_format=T.channels_last)" in alone.body[0].lines[0] and alone.grad
+    with Reach() as reach:
+        found = check(alone, CPU_MODES).mismatches
+        reached = reach.program(alone.grad)
+    assert not found, "\n".join(str(m) for m in found)
+    assert {"conv traced", "conv channels_last", "gradient run", "split", "split saved"} <= reached
