@@ -27,8 +27,9 @@ kernels, GELU traced, convolutions traced (channels-last), reductions' ``out=`` 
 `reach.PARTS`). ``--models`` checks, per seed, a random small network trained under ``jitorch.compile(model)`` with
 its parameters and inputs written between forward and backward, second losses, retained graphs and gradient
 penalties (`models.generate_model`), against eager jitorch and torch; ``--rows 0.2`` follows 20% of their layers by
-a row softmax. ``--threads N`` sets jitorch's and torch's
-thread counts (``set_num_threads``) for the run.
+a row softmax; with ``--convs 0.5`` half of those of one leading dim take images through a convolution stem,
+channels-last at times (`models._conv_stem`). ``--threads N`` sets jitorch's and torch's thread counts
+(``set_num_threads``) for the run.
 """
 
 from __future__ import annotations
@@ -125,7 +126,7 @@ def _burst(args, seconds, modes, table, seen, started, reach):
     seed = args.start
     while time.time() - started < seconds and not (args.programs and programs >= args.programs):
         if args.models:
-            program = generate_model(seed, args.rows)
+            program = generate_model(seed, args.rows, args.convs)
             outcome = check_model(program)
         else:
             program, _ = generate(seed, args.statements, table=table, chains=args.chains, out_views=args.out_views,
@@ -142,7 +143,7 @@ def _burst(args, seconds, modes, table, seen, started, reach):
             seen[sig] = seen.get(sig, 0) + 1
             if seen[sig] == 1 and args.models:
                 small = minimise_model(program, first)
-                text = (f"generate_model({seed}, rows={args.rows}) (threads {args.threads or 'as set'}):\n"
+                text = (f"generate_model({seed}, rows={args.rows}, convs={args.convs}) (threads {args.threads or 'as set'}):\n"
                         + model_source(small)
                         + "\n".join(f"  {m}" for m in (check_model(small).mismatches or [first])[:8]))
                 print(f"\nnew failure ({sig[0]} vs {sig[1]}: {sig[2]}, {sig[-1]}):\n{text}\n", flush=True)

@@ -1,8 +1,9 @@
 """Session 53's fuzz campaigns: the generator's one-hot loss pattern on the emulated GPU (a device it left out hid
 every CUDA check of the programs holding it), and the convolution patterns (``--convs``,
-`generator.Generator.conv_pattern`) that neither the program fuzzer nor the model fuzzer drew before: 1-d and 2-d
-convolutions, transposed or not, channels-last half the time, checked in every mode with their gradients and the
-parts they reach (`reach.Reach`)."""
+`generator.Generator.conv_pattern`) and the models' convolution stems (``--models --convs``, `models._conv_stem`)
+that neither the program fuzzer nor the model fuzzer drew before: 1-d and 2-d convolutions, transposed or not,
+channels-last half the time, checked in every mode with their gradients and the parts they reach
+(`reach.Reach`), and trained under ``jitorch.compile(model)``."""
 
 import warnings
 from dataclasses import replace
@@ -10,6 +11,7 @@ from dataclasses import replace
 import pytest
 
 from tests.fuzz.generator import _with_grad, generate, valid
+from tests.fuzz.models import check_model, generate_model
 from tests.fuzz.oracle import CPU_MODES, MODES, check
 from tests.fuzz.reach import Reach
 
@@ -78,3 +80,34 @@ def test_channels_last_grouped_convolution_runs_alike_with_its_gradients_seed_53
         reached = reach.program(alone.grad)
     assert not found, "\n".join(str(m) for m in found)
     assert {"conv traced", "conv channels_last", "gradient run", "split", "split saved"} <= reached
+
+
+def test_model_convolution_stems_are_drawn_and_leave_other_seeds_as_they_were():
+    """``convs`` gives models of one leading dim an image input and a convolution stem, channels-last at times, and
+    draws nothing from the seed's own generator: without it (or where the stem is not drawn) a seed's model is
+    the one it was."""
+    stems = {}
+    for seed in range(12):
+        plain, conv = generate_model(seed), generate_model(seed, convs=0.9)
+        assert plain == generate_model(seed, convs=0.0)
+        tags = [t for t in conv.tags if t.startswith("conv stem")]
+        if not tags:
+            assert conv == plain
+            continue
+        stems[seed] = tags[0]
+        assert len(conv.inputs[0][1]) == 4 and conv.forward[len(conv.forward) - len(plain.forward):] == plain.forward
+    assert {"conv stem", "conv stem channels_last"} <= set(stems.values()), stems
+
+
+def test_channels_last_convolution_stem_saves_its_input_alike_seed_3():
+    """``generate_model(3, convs=0.9)``: a ``Conv2d`` stem (its weight channels-last) over an input written between
+    the forward and its backward. The convolution saved that input for its weight's gradient, so torch, eager and
+    ``jitorch.compile(model)`` all refuse the backward with the version check's RuntimeError, having recorded
+    nothing that differs."""
+    program = generate_model(3, convs=0.9)
+    assert "conv stem channels_last" in program.tags and program.scenario_kind == "write input"
+    outcome = check_model(program)
+    assert not outcome.mismatches, "\n".join(str(m) for m in outcome.mismatches)
+    for run in outcome.runs.values():
+        assert run.error.startswith("RuntimeError: one of the variables needed for gradient computation has been "
+                                    "modified by an inplace operation"), run.error
