@@ -10,7 +10,10 @@ from dataclasses import replace
 
 import pytest
 
-from tests.fuzz.generator import _with_grad, generate, valid
+import torch
+
+import jitorch
+from tests.fuzz.generator import _with_grad, generate, probe, valid
 from tests.fuzz.models import check_model, generate_model
 from tests.fuzz.oracle import CPU_MODES, MODES, check
 from tests.fuzz.reach import Reach
@@ -65,6 +68,21 @@ def test_without_convs_a_seed_draws_the_program_it_drew_before():
         program, g = generate(seed, **options)
         assert program == generate(seed, convs=0.0, **options)[0]
         assert "conv" not in g.attempts
+
+
+def test_no_convolution_with_an_empty_output_seed_53700024():
+    """Fuzz seed 53700024 (``--convs 0.3``): ``conv_transpose2d`` of a ``(3, 1, 3, 1)`` input by a ``(1, 2, 1, 2)``
+    weight, padding 1, whose output width is 0: torch's oneDNN path returned an empty result, eager jitorch raised
+    torch's native check's error (its native kernel raises it too: docs/differences-from-torch.md). No jitorch
+    bug: the generator now draws no convolution with an empty output, and the seed's convolutions are not empty."""
+    x, w = torch.ones(3, 1, 3, 1), torch.ones(1, 2, 1, 2)
+    assert tuple(torch.nn.functional.conv_transpose2d(x, w, padding=1).shape) == (3, 2, 1, 0)
+    with pytest.raises(RuntimeError, match=r"\(1 x 0\). Output size is too small"):
+        jitorch.nn.functional.conv_transpose2d(jitorch.ones(3, 1, 3, 1), jitorch.ones(1, 2, 1, 2), padding=1)
+    program, g = generate(53700024, 8, convs=0.3)
+    env = probe(program, g.facts)
+    convs = [name for s in program.body if s.tag == "conv" for name in s.defines]
+    assert convs and all(env[name].value.numel() > 0 for name in convs)
 
 
 def test_channels_last_grouped_convolution_runs_alike_with_its_gradients_seed_53800004():
