@@ -779,6 +779,10 @@ class Generator:
             if fit is None:
                 return None
             value, exact = fit.ref, fit.facts.exact
+            # (an inexact float written into integers or bools is a cast, which a last-bit difference can move across
+            # a whole number: fuzz seed 53020597, ``v0[::1] = T.corrcoef(x1)``, 1 in jitorch and 0.999... in torch)
+            if not exact and fit.is_float and not v.is_float:
+                return None
             if c < 0.6 and not fit.ndim:
                 tag = SETITEM_0D
         taint = {} if exact else self.taint(env, v.facts.group)
