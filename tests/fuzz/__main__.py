@@ -1,5 +1,6 @@
 """The fuzzer's long mode: ``python -m tests.fuzz --hours 1 [--cuda] [--start SEED] [--chains SHARE] [--statements N]
-[--programs N] [--namespaced] [--out-views SHARE] [--losses SHARE] [--nets SHARE] [--reach] [--report FILE]``.
+[--programs N] [--namespaced] [--out-views SHARE] [--losses SHARE] [--nets SHARE] [--convs SHARE] [--reach]
+[--report FILE]``.
 
 Generates and checks programs from consecutive seeds until the time is up; prints the programs and ops
 checked per minute, and each new kind of failure with its minimised program, which it also appends to the
@@ -17,14 +18,18 @@ of a reshape: `generator.Generator.loss_pattern`). ``--nets 0.3`` draws 30% of t
 over a float variable's values repeated to odd sizes past a vector's lanes (17, 33, 200): GELU MLPs, scaled dot-product
 attention with masks, cross-entropy and nll over odd class counts of computed logits, normalisations of computed
 values, math functions over odd rows, reductions' ``out=`` calls (`generator.Generator.net_pattern`); compiled with
-gradients, they split into forward and backward graphs with saved values. ``--reach`` counts, per 100 programs, those
-reaching each of the compiler's newest parts (the sums, lse and recompute passes, AVX-512 tail folding, the
-forward/backward cut, the attention kernels, GELU traced, reductions' ``out=`` fast path, the fusion forms:
+gradients, they split into forward and backward graphs with saved values. ``--convs 0.3`` draws 30% of the
+statements from convolution patterns: 1-d and 2-d convolutions and transposed ones of a float variable's values,
+channels-last half the time, with an activation, a residual, a pooling, a batch norm or a bias gradient's sum after
+(`generator.Generator.conv_pattern`). ``--reach`` counts, per 100 programs, those reaching each of the compiler's
+newest parts (the sums, lse and recompute passes, AVX-512 tail folding, the forward/backward cut, the attention
+kernels, GELU traced, convolutions traced (channels-last), reductions' ``out=`` fast path, the fusion forms:
 `reach.PARTS`). ``--models`` checks, per seed, a random small network trained under ``jitorch.compile(model)`` with
 its parameters and inputs written between forward and backward, second losses, retained graphs and gradient
 penalties (`models.generate_model`), against eager jitorch and torch; ``--rows 0.2`` follows 20% of their layers by
-a row softmax. ``--threads N`` sets jitorch's and torch's
-thread counts (``set_num_threads``) for the run.
+a row softmax; with ``--convs 0.5`` half of those of one leading dim take images through a convolution stem,
+channels-last at times (`models._conv_stem`). ``--threads N`` sets jitorch's and torch's thread counts
+(``set_num_threads``) for the run.
 """
 
 from __future__ import annotations
@@ -81,6 +86,8 @@ def main(argv=None):
                         help="the share of loss-pattern statements (cross-entropy, one-hot and reshape sums)")
     parser.add_argument("--nets", type=float, default=0.0,
                         help="the share of network-pattern statements (GELU MLPs, attention, wide losses and maps)")
+    parser.add_argument("--convs", type=float, default=0.0,
+                        help="the share of convolution-pattern statements (channels-last half the time)")
     parser.add_argument("--reach", action="store_true",
                         help="count the programs reaching each of the compiler's newest parts (tests/fuzz/reach.py)")
     parser.add_argument("--models", action="store_true",
@@ -119,11 +126,11 @@ def _burst(args, seconds, modes, table, seen, started, reach):
     seed = args.start
     while time.time() - started < seconds and not (args.programs and programs >= args.programs):
         if args.models:
-            program = generate_model(seed, args.rows)
+            program = generate_model(seed, args.rows, args.convs)
             outcome = check_model(program)
         else:
             program, _ = generate(seed, args.statements, table=table, chains=args.chains, out_views=args.out_views,
-                                  losses=args.losses, nets=args.nets)
+                                  losses=args.losses, nets=args.nets, convs=args.convs)
             outcome = check(program, modes)
         programs += 1
         ops += len(program.forward) if args.models else program.n_ops
@@ -136,7 +143,7 @@ def _burst(args, seconds, modes, table, seen, started, reach):
             seen[sig] = seen.get(sig, 0) + 1
             if seen[sig] == 1 and args.models:
                 small = minimise_model(program, first)
-                text = (f"generate_model({seed}, rows={args.rows}) (threads {args.threads or 'as set'}):\n"
+                text = (f"generate_model({seed}, rows={args.rows}, convs={args.convs}) (threads {args.threads or 'as set'}):\n"
                         + model_source(small)
                         + "\n".join(f"  {m}" for m in (check_model(small).mismatches or [first])[:8]))
                 print(f"\nnew failure ({sig[0]} vs {sig[1]}: {sig[2]}, {sig[-1]}):\n{text}\n", flush=True)
@@ -146,7 +153,7 @@ def _burst(args, seconds, modes, table, seen, started, reach):
                 small = minimise(program, first, modes)
                 # (the seed alone draws another program under other options than the defaults)
                 text = (f"generate({seed}, {args.statements}, chains={args.chains}, out_views={args.out_views}, "
-                        f"losses={args.losses}, nets={args.nets}, "
+                        f"losses={args.losses}, nets={args.nets}, convs={args.convs}, "
                         f"table=op_table({args.namespaced})):\n"
                         + describe(small, check(small, modes).mismatches or [first]))
                 print(f"\nnew failure ({sig[0]} vs {sig[1]}: {sig[2]}):\n{text}\n", flush=True)

@@ -364,10 +364,11 @@ def _draw_scenario(rng, b, inputs):
     return lines, tags
 
 
-def generate_model(seed, rows=0.0):
+def generate_model(seed, rows=0.0, convs=0.0):
     """The model program of ``seed`` (Python's seeded generators: the same on every machine); a ``rows`` share of its
     layers followed by a row softmax (`_Builder._row_softmax`, drawn from a generator of their own: ``rows=0``
-    draws the programs drawn before it was an option)."""
+    draws the programs drawn before it was an option); a ``convs`` share of the programs of one leading dim take
+    images through a convolution stem (`_conv_stem`, a generator of its own too)."""
     rng = random.Random(seed)
     lead = rng.choice([(3,), (5,), (2, 4), (3, 3)])
     x0_width = rng.choice([4, 5, 6, 8, 17])
@@ -382,8 +383,43 @@ def generate_model(seed, rows=0.0):
                             "T.optim.SGD(model.parameters(), lr=0.05, momentum=0.9, weight_decay=0.01)",
                             "T.optim.AdamW(model.parameters(), lr=0.01, eps=1e-3)"])
     dtype = "float64" if rng.random() < 0.2 else "float32"
+    stem = random.Random(f"{seed} convs")
+    if convs and len(lead) == 1 and stem.random() < convs:
+        inputs[0] = _conv_stem(stem, b, inputs[0])
     return ModelProgram(seed, dtype, tuple(inputs), tuple(b.init), tuple(b.forward), tuple(outputs),
                         tuple(scenario), optimizer, tuple(b.tags + steps))
+
+
+def _conv_stem(rng, b, x0):
+    """Makes ``x0`` an image batch ``(B, C, H, W)`` (returns its new declaration) that a stem turns into the features
+    the network ``b`` reads: a ``Conv2d`` (strides, padding, groups, a bias or not, its weight channels-last at
+    times), maybe a ``BatchNorm2d`` in training mode (running statistics: buffers), an activation and a pooling to
+    one value per channel; the input is made channels-last in the forward half the time. The stem's parameters are
+    no target of the scenario's writes (drawn before it), but the optimizer steps them."""
+    name, (batch, width), requires_grad = x0[0], x0[1], x0[2]
+    c = rng.choice((1, 2, 3, 4))
+    kernel, stride, padding = rng.choice((1, 2, 3)), rng.choice((1, 1, 2)), rng.choice((0, 1))
+    groups = c if width % c == 0 and rng.random() < 0.3 else 1
+    shape = (batch, c, rng.choice((3, 4, 7)), rng.choice((3, 5, 8)))
+    conv = f"T.nn.Conv2d({c}, {width}, {kernel}, stride={stride}, padding={padding}, groups={groups}, " \
+           f"bias={rng.random() < 0.7})"
+    if rng.random() < 0.4:
+        conv += ".to(memory_format=T.channels_last)"
+    init = [f"self.s0 = {conv}"]
+    params = ["s0.weight"] + (["s0.bias"] if "bias=True" in conv else [])
+    h = "self.s0(x0)"
+    if rng.random() < 0.4:
+        init.append(f"self.s1 = T.nn.BatchNorm2d({width})")
+        params += ["s1.weight", "s1.bias"]
+        h = f"self.s1({h})"
+    forward = ["x0 = x0.contiguous(memory_format=T.channels_last)"] if rng.random() < 0.5 else []
+    act = rng.choice(("F.relu", "F.gelu", "T.tanh"))
+    pool = rng.choice(("F.adaptive_avg_pool2d({}, 1).flatten(1)", "{}.amax((2, 3))",
+                       "F.max_pool2d({}, 2, ceil_mode=True).mean((2, 3))"))
+    forward.append(f"x0 = {pool.format(f'{act}({h})')}")
+    b.init[:0], b.forward[:0], b.params[:0] = init, forward, params
+    b.tags.append("conv stem" + (" channels_last" if "channels_last" in "".join(init + forward) else ""))
+    return name, shape, requires_grad
 
 
 # Running and comparing -----------------------------------------------------------------------------------------

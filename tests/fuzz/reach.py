@@ -19,6 +19,8 @@ The parts counted (`PARTS`), each by the function that does its work, wrapped wh
 * ``gelu traced``, ``gelu traced grad``: ``nn.functional.gelu`` traced by ``jitorch.compile`` (its result
   requiring grad: the joint trace of a gradient run); ``gelu kernel``, ``gelu kernel bwd``: eager's compiled
   GELU kernel and its gradient's (`nn.functional._gelu_kernel`, past `nn.functional.GELU_KERNEL_MIN` elements);
+* ``conv traced``, ``conv channels_last``: a convolution (transposed or not: ``nn.functional._conv``,
+  ``_conv_transpose``) traced by ``jitorch.compile``; one whose input is laid out channels-last;
 * ``reduction out``: a reduction's ``out=`` call served by `ops.reduction_out`'s fast path (its plans are
   forgotten at each program's start, so that each program's first call makes one);
 * the fusion forms of a compiled graph (`plan_cache`'s ``fuse`` and ``fuse_with_plan``, read from the groups they
@@ -35,6 +37,7 @@ from __future__ import annotations
 
 import contextlib
 
+import jitorch
 import jitorch.nn.functional as F
 from jitorch.codegen import kernel, target
 from jitorch.ir.lowerable import kind_of
@@ -44,8 +47,8 @@ from jitorch.ops import attention, reduction_out
 
 PARTS = ("gradient run", "sums reshape", "sums one-hot", "lse", "lse cone", "recompute across", "recompute reductions",
          "tail fold", "split", "split saved", "split recomputed", "split views", "attention fwd", "attention bwd",
-         "gelu traced", "gelu traced grad", "gelu kernel", "gelu kernel bwd", "reduction out", "sibling reductions",
-         "reductions one kernel", "prologue out", "column sum", "row softmax")
+         "gelu traced", "gelu traced grad", "gelu kernel", "gelu kernel bwd", "conv traced", "conv channels_last",
+         "reduction out", "sibling reductions", "reductions one kernel", "prologue out", "column sum", "row softmax")
 
 
 class Reach:
@@ -93,6 +96,9 @@ class Reach:
              lambda out, direction, *a: out is not None and f"attention {'fwd' if direction == 'forward' else 'bwd'}")
         wrap(F, "gelu", lambda out, *a, **k: tracer.current_tracer() is not None and (
             "gelu traced", bool(out.requires_grad) and "gelu traced grad"))
+        for conv in ("_conv", "_conv_transpose"):
+            wrap(F, conv, lambda out, input, *a: tracer.current_tracer() is not None and (
+                "conv traced", _channels_last(input) and "conv channels_last"))
         wrap(F, "_gelu_kernel", lambda out, form, dtype, backward=False: out is not None and (
             "gelu kernel bwd" if backward else "gelu kernel"))
         return self
@@ -132,6 +138,11 @@ def _computed(x):
     while node is not None and node.op.name in lse._RESHAPES:
         node = getattr(node.args[0], "node", None)
     return node is not None and kind_of(node) == "pointwise"
+
+
+def _channels_last(x):
+    """Whether ``x`` is a 4-d tensor laid out channels-last (and not also contiguous: one channel or pixel)."""
+    return x.ndim == 4 and x.is_contiguous(memory_format=jitorch.channels_last) and not x.is_contiguous()
 
 
 def fusion_forms(groups):
