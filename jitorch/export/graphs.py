@@ -3,7 +3,7 @@ constants, and binding the objects (generators) a parsed graph names."""
 
 from __future__ import annotations
 
-from ..ir.fake import fake_of_type
+from ..ir.fake import fake_args
 from ..ir.graph import TensorType, Value
 from ..ir.parser import ParseError, parse
 from ..ir.printer import print_graph
@@ -92,7 +92,7 @@ def retype(graph):
     """Re-derive every node's output types from its op's meta rule (after input shapes or literal
     sizes changed); ExportError naming the node's op where the rule refuses."""
     for node in graph.nodes:
-        args = [_fake(a) for a in node.args]
+        args = fake_args(node.args)
         try:
             spec = registry.quiet_meta(node.op, node.op.convert(args))
         except Exception as e:  # the rule's verdict on the new sizes, whatever its type
@@ -104,12 +104,6 @@ def retype(graph):
             v.type = TensorType(tuple(s.shape), s.dtype, s.device)
 
 
-def _fake(a):
-    if isinstance(a, Value):
-        return fake_of_type(a.type)
-    if isinstance(a, (list, tuple)):
-        return type(a)(_fake(x) for x in a)
-    return a
 
 
 def rename_constants(graph, names):

@@ -46,12 +46,17 @@ def compiled(fn, *args):
     graph = trace(fn, *args)
     group = whole_graph(graph)
     kernel = cpu.link_kernel(build(group, "test_kernel"))
+    return kernel, run_linked(kernel, graph, group, args)
+
+
+def run_linked(kernel, graph, group, args):
+    """The outputs of ``kernel`` (``group``'s, linked) run on ``args``, ``graph``'s inputs, in new arrays."""
     env = {v: t.contiguous() for v, t in zip(graph.inputs, args)}
     arrays = [np.ascontiguousarray(env[v]._array()) for v in group.inputs]
     outs = [np.empty(v.type.shape, v.type.dtype.np) for v in group.outputs]
     addrs = [a.__array_interface__["data"][0] for a in arrays + outs]
     kernel((ctypes.c_void_p * len(addrs))(*addrs))
-    return kernel, outs
+    return outs
 
 
 def check(fn, *args, ulps=0):

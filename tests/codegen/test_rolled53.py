@@ -8,7 +8,6 @@ results agree to rounding, not bit for bit, and every graph computing the sum ge
 
 from __future__ import annotations
 
-import ctypes
 from dataclasses import replace
 
 import numpy as np
@@ -18,7 +17,7 @@ import torch
 import jitorch as jt
 from jitorch.codegen import cpu, kernel
 from jitorch.jit import trace
-from tests.codegen.test_kernels import whole_graph
+from tests.codegen.test_kernels import run_linked, whole_graph
 
 UNMARKED = '!"llvm.loop.mustprogress"'
 
@@ -31,13 +30,7 @@ def run_kernel(fn, args, unmark=False):
     source = kernel.build(group, "rolled53")
     if unmark:
         source = replace(source, llvm_ir=source.llvm_ir.replace('!"llvm.loop.unroll.disable"', UNMARKED))
-    compiled = cpu.link_kernel(source)
-    env = {v: t.contiguous() for v, t in zip(graph.inputs, args)}
-    arrays = [np.ascontiguousarray(env[v]._array()) for v in group.inputs]
-    outs = [np.empty(v.type.shape, v.type.dtype.np) for v in group.outputs]
-    addresses = [a.__array_interface__["data"][0] for a in arrays + outs]
-    compiled((ctypes.c_void_p * len(addresses))(*addresses))
-    return source, outs
+    return source, run_linked(cpu.link_kernel(source), graph, group, args)
 
 
 def instructions(llvm_ir):
