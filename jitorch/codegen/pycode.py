@@ -23,6 +23,7 @@ import marshal
 import sys
 
 from ..ops import registry
+from ..runtime import logs
 from .cache import KernelCache, cache_key
 
 FLAGS = __future__.annotations.compiler_flag  # (as the modules that generate the source were compiled with)
@@ -50,8 +51,8 @@ def compiled(source: str, filename: str):
     if data is not None:
         try:
             return marshal.loads(data)
-        except (EOFError, ValueError, TypeError):
-            pass
+        except (EOFError, ValueError, TypeError) as e:  # (another interpreter's marshal format): compiled anew
+            logs.log("codegen", "code object entry %s unreadable, compiled again: %s", key, e)
     code = compile(source, filename, "exec", flags=FLAGS, dont_inherit=True)
     store.put(key, marshal.dumps(code), source)
     return code

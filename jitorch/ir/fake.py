@@ -14,7 +14,7 @@ from ..ops import registry
 from ..runtime.storage import Storage
 from ..runtime.strided import contiguous_strides
 from ..tensor import Tensor
-from .graph import TensorType, Value
+from .graph import TensorType, Value, substitute
 
 
 def fake_tensor(shape, dtype, device, strides=None, offset=0, storage_size=None):
@@ -33,16 +33,11 @@ def fake_of_type(type):
 
 def fake_args(args):
     """The arguments with each value (nested lists and tuples too) replaced by a compact fake tensor of its type."""
-    return [_faked(a) for a in args]
+    return list(substitute(args, _fake_of_value))
 
 
-def _faked(a):
-    # (a module function: a nested one calling itself is a reference cycle, left to the cyclic collector)
-    if isinstance(a, Value):
-        return fake_of_type(a.type)
-    if isinstance(a, (list, tuple)):
-        return type(a)(_faked(x) for x in a)
-    return a
+def _fake_of_value(v):
+    return fake_of_type(v.type)
 
 
 

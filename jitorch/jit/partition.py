@@ -28,7 +28,7 @@ import math
 from typing import NamedTuple
 
 from ..ir import lowerable
-from ..ir.graph import Graph, Node, Value
+from ..ir.graph import Graph, Node, Value, substitute
 from ..ir.lowerable import kind_of
 from ..ir.passes import cse, dce, decompose, simplify, sink
 from ..ops import registry
@@ -449,8 +449,11 @@ def _rewired(nodes, mapping, copy=False):
     """``nodes`` reading the values of ``mapping`` in place of theirs; with ``copy``, as new nodes with new
     outputs, which ``mapping`` then maps their old outputs to."""
     rewired = []
+
+    def resolve(v):  # (``mapping`` grows as nodes are copied)
+        return mapping.get(id(v), v)
     for n in nodes:
-        node = Node(n.op, _substituted(n.args, mapping))
+        node = Node(n.op, substitute(n.args, resolve))
         if copy:
             node.outputs = [Value(v.name, v.type, node, v.index) for v in n.outputs]
             mapping.update((id(old), new) for old, new in zip(n.outputs, node.outputs))
@@ -492,17 +495,6 @@ def _unique(values):
             seen.add(id(v))
             out.append(v)
     return out
-
-
-def _substituted(args, fresh):
-    """Node arguments with the values in ``fresh`` replaced (inside nested lists and tuples too)."""
-    def sub(a):
-        if isinstance(a, Value):
-            return fresh.get(id(a), a)
-        if isinstance(a, (list, tuple)):
-            return type(a)(sub(x) for x in a)
-        return a
-    return tuple(sub(a) for a in args)
 
 
 def _subgraph(joint, inputs, nodes, outputs, mutations=()):

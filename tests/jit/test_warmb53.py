@@ -104,8 +104,7 @@ def test_a_compile_leaves_no_self_referencing_closures_to_the_cyclic_collector()
     import gc
     from jitorch.codegen.kernel import _nodes_described
     from jitorch.ir.fake import fake_args
-    from jitorch.ir.graph import Graph
-    from jitorch.ir.passes.rewrite import substitute
+    from jitorch.ir.graph import Graph, substitute
     from jitorch.ir.values import TensorType
     g = Graph()
     t = TensorType((2, 3), jt.float32, jt.device("cpu"))

@@ -32,13 +32,13 @@ from __future__ import annotations
 
 from math import inf
 
-from ..graph import Node, Value
+from ..graph import Node, Value, substitute
 from ..lowerable import kind_of
 from ...ops.meta import opmath, reduced_shape, reduction_dims
 from ...ops.reductions import moment_divisor, norm_order, reduced_count
 from ...ops.registry import attach
 from ...runtime import dtypes as _dt
-from .rewrite import Rewriter, graph_pass, substitute
+from .rewrite import Rewriter, graph_pass
 
 # the tracer decompositions run under (`jitorch.jit.tracer.Tracer`, registered by jit at import, a layer
 # above): they are traced as user code is; without it the pass decomposes nothing
@@ -162,7 +162,7 @@ def _template_key(node):
         return None, list(positions)
 
 
-# (`_template_key`'s, `_make_template`'s and `_instantiate`'s recursions are module functions: a nested function
+# (`_template_key`'s and `_instantiate`'s recursions are module functions: a nested function
 # calling itself is a reference cycle, with all it closes over left to the cyclic collector)
 def _keyed(a, positions):
     if isinstance(a, Value):
@@ -183,19 +183,11 @@ def _make_template(inputs, nodes, values):
     try:
         made = []
         for k, n in enumerate(nodes):
-            made.append((n.op, tuple(_slotted(a, slots) for a in n.args), [o.type for o in n.outputs]))
+            made.append((n.op, substitute(n.args, slots.__getitem__), [o.type for o in n.outputs]))
             slots.update((o, _Slot(k, j)) for j, o in enumerate(n.outputs))
         return made, [slots[v] for v in values]
     except KeyError:
         return None
-
-
-def _slotted(a, slots):
-    if isinstance(a, Value):
-        return slots[a]
-    if isinstance(a, (list, tuple)):
-        return type(a)(_slotted(x, slots) for x in a)
-    return a
 
 
 def _instantiate(graph, template, inputs):

@@ -15,8 +15,8 @@ from math import prod
 from ...ops import registry
 from ...ops.views import contiguous_format
 from ...tensor import Tensor
-from ..graph import TensorType
-from .rewrite import Rewriter, graph_pass, has_effects, substitute
+from ..graph import TensorType, substitute
+from .rewrite import Rewriter, graph_pass, has_effects
 
 MAX_NUMEL = 4096
 

@@ -69,11 +69,11 @@ from math import prod
 
 from ...ops import registry
 from ...runtime.strided import contiguous_strides
-from ..graph import Node, Value
+from ..graph import Node, Value, substitute
 from ..lowerable import kind_of
 from ..values import TensorType
 from . import dce, fusion
-from .rewrite import graph_pass, has_effects, substitute
+from .rewrite import graph_pass, has_effects
 from .simplify import permutation_chain
 
 # The most pointwise nodes one recomputed value's cone may hold.

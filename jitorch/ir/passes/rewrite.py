@@ -4,7 +4,7 @@ across a graph in one sweep without changing what a call's outputs alias."""
 from __future__ import annotations
 
 from ...runtime.pytree import tree_map
-from ..graph import Value
+from ..graph import Value, substitute
 
 
 def graph_pass(name, message):
@@ -25,21 +25,6 @@ def has_effects(node):
 
 
 _EFFECTS = ("random", "check")
-
-
-def substitute(args, resolve):
-    """``args`` with every Value ``v`` replaced by ``resolve(v)``, inside lists and tuples too."""
-    return tuple(_substituted(a, resolve) for a in args)
-
-
-def _substituted(a, resolve):
-    # (a module function: a nested one that calls itself is a reference cycle, through its cell, which only the
-    # cyclic collector frees, with the ``resolve`` it holds: 11,000 such objects of a GPT step's compile)
-    if isinstance(a, Value):
-        return resolve(a)
-    if isinstance(a, (list, tuple)):
-        return type(a)(_substituted(x, resolve) for x in a)
-    return a
 
 
 class Rewriter:
