@@ -18,6 +18,7 @@ from .runtime.allocator import keep_freed_memory as _keep_freed_memory
 _keep_freed_memory()  # eager ops' temporaries reuse freed memory instead of faulting in new pages
 
 from .runtime import dtypes as _dtypes
+from .runtime import summation as _summation
 from .runtime.dtypes import (  # noqa: F401
     bool, uint8, uint16, uint32, uint64, int8, int16, int32, int64, float16, bfloat16, float32, float64, dtype,
     promote_types, result_type as _result_type, get_default_dtype, set_default_dtype, can_cast, finfo, iinfo,
@@ -117,6 +118,12 @@ def _layer_norm_kernel(dtype, weight, bias):
     return rows.layer_norm_kernel(dtype, weight, bias)
 
 
+def _block_sums(blocks):
+    """runtime.summation's block sums on the team (codegen/pairwise.py), loaded as `_row_kernel` is."""
+    from .codegen import pairwise
+    return pairwise.block_sums(blocks)
+
+
 def _scatter_rows_kernel(dtype):
     """ops.indexing's scatter-add of rows (index_add, an embedding's backward), loaded as `_row_kernel` is."""
     from .codegen import scatter
@@ -170,6 +177,7 @@ _POWER_OPS = {"pow": (Tensor.__pow__, 2), "xlogy": (Tensor.xlogy, 2),
               **{name: (getattr(Tensor, name), 1) for name in ("asin", "acos", "atan", "asinh", "acosh", "atanh")}}
 _ops.reductions.ROW_KERNEL = _row_kernel
 _ops.powers.KERNEL = _power_kernel
+_summation.BLOCK_SUMS = _block_sums
 _ops.indexing.SCATTER_ROWS_KERNEL = _scatter_rows_kernel
 _ops.normalization.LAYER_NORM_KERNEL = _layer_norm_kernel
 _ops.linalg.SKINNY_KERNEL = _skinny_kernel

@@ -11,7 +11,9 @@ both.
 `add_reduce` is ``np.add.reduce`` but for a float reduction whose reduced elements include the innermost
 dim's and number more than `BLOCK`: there the reduced dims are moved last (a copy where they are not
 contiguous), each output's elements are summed in blocks of `BLOCK` in C order (NumPy's pairwise sum within
-a block) and the blocks' sums are added in order: NumPy 1.x's own order for a contiguous run.
+a block) and the blocks' sums are added in order: NumPy 1.x's own order for a contiguous run. Where the whole blocks lie
+contiguous in memory and number at least `BLOCK_SUMS_MIN` elements, `BLOCK_SUMS` (the code generator's
+``codegen.pairwise.block_sums``, registered by ``jitorch``) computes their sums, the same bits, on the thread team.
 """
 
 from __future__ import annotations
@@ -21,12 +23,28 @@ import numpy as np
 # Elements NumPy 1.x's reduction loop takes at once (its buffer size): a pairwise sum of at most this many is
 # the same under every NumPy version
 BLOCK = 8192
+# (rows of BLOCK, a C-contiguous float32/float64 array) -> each row's NumPy sum, bit for bit, or None (NumPy
+# sums them): registered from above (the runtime cannot import the code generator)
+BLOCK_SUMS = None
+# Elements from which `BLOCK_SUMS` computes the whole blocks' sums: below it, loading the code generator at the
+# first call and handing blocks to the team buy nothing (a block is ~0.4 us)
+BLOCK_SUMS_MIN = 1 << 18
 
 
 def _innermost(a):
     """The dim of ``a`` with the smallest stride among those of more than one element (None: no such)."""
     dims = [d for d in range(a.ndim) if a.shape[d] > 1]
     return min(dims, key=lambda d: abs(a.strides[d])) if dims else None
+
+
+def _block_sums(blocks):
+    """The sum of each run of ``blocks`` (shape ``(..., BLOCK)``) along its last dim, in NumPy's order."""
+    if BLOCK_SUMS is not None and blocks.size >= BLOCK_SUMS_MIN and blocks.dtype.kind == "f" \
+            and blocks.dtype.itemsize in (4, 8) and blocks.flags.c_contiguous and blocks.dtype.isnative:
+        sums = BLOCK_SUMS(blocks.reshape(-1, BLOCK))
+        if sums is not None:
+            return sums.reshape(blocks.shape[:-1])
+    return np.add.reduce(blocks, axis=-1)
 
 
 def add_reduce(a, axis=None, keepdims=False, out=None):
@@ -46,7 +64,7 @@ def add_reduce(a, axis=None, keepdims=False, out=None):
     kept = [d for d in range(a.ndim) if d not in axes]
     runs = np.transpose(a, kept + list(axes)).reshape([a.shape[d] for d in kept] + [count])
     whole = count - count % BLOCK
-    partial = np.add.reduce(runs[..., :whole].reshape(runs.shape[:-1] + (whole // BLOCK, BLOCK)), axis=-1)
+    partial = _block_sums(runs[..., :whole].reshape(runs.shape[:-1] + (whole // BLOCK, BLOCK)))
     total = np.add.accumulate(partial, axis=-1)[..., -1]  # (an accumulation adds in order under every NumPy)
     if whole < count:
         total = total + np.add.reduce(runs[..., whole:], axis=-1)
