@@ -118,10 +118,10 @@ def _layer_norm_kernel(dtype, weight, bias):
     return rows.layer_norm_kernel(dtype, weight, bias)
 
 
-def _block_sums(blocks):
+def _block_sums(blocks, squares):
     """runtime.summation's block sums on the team (codegen/pairwise.py), loaded as `_row_kernel` is."""
     from .codegen import pairwise
-    return pairwise.block_sums(blocks)
+    return pairwise.block_sums(blocks, squares)
 
 
 def _scatter_rows_kernel(dtype):

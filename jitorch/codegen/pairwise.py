@@ -50,9 +50,12 @@ def _tree(b, values):
     return values[0]
 
 
-def _module(dtype, name):
+def _module(dtype, squares, name):
     """The LLVM IR of ``name(args, lo, hi)``: ``args[0]`` points to blocks of `summation.BLOCK` elements of
-    ``dtype``, ``args[1]`` to one result per block; blocks [lo, hi) are summed (module docstring)."""
+    ``dtype``, ``args[1]`` to one result per block; blocks [lo, hi) are summed (module docstring), with
+    ``squares`` each element's magnitude squared first: ``np.square(np.abs(x))`` is ``|x * x|`` (one rounded
+    product; the fabs clears a NaN's sign bit as NumPy's abs does: LLVM drops the fabs of ``|x| * |x|``, and
+    ``-nan * -nan`` is ``-nan`` on x86)."""
     t = _TYPES[dtype]
     vec = ir.VectorType(t, LANES)
     block = summation.BLOCK
@@ -68,6 +71,8 @@ def _module(dtype, name):
         arg.add_attribute("noalias")
     b = ir.IRBuilder(body.append_basic_block("entry"))
     sums = b.alloca(t, leaves)
+    fabs = ir.Function(module, ir.FunctionType(vec, [vec]), f"llvm.fabs.v{LANES}{t.intrinsic_name}") \
+        if squares else None
     align = np.dtype(dtype).itemsize  # (a block starts anywhere in its array: element-aligned loads)
 
     def leaf(b, first, j):
@@ -75,6 +80,8 @@ def _module(dtype, name):
         acc = None
         for k in range(0, LEAF, LANES):
             v = b.load(b.bitcast(b.gep(x, [b.add(start, I64(k))]), vec.as_pointer()), align=align)
+            if squares:
+                v = b.call(fabs, [b.fmul(v, v)])
             acc = v if acc is None else b.fadd(acc, v)
         b.store(_tree(b, [b.extract_element(acc, ir.Constant(ir.IntType(32), lane)) for lane in range(LANES)]),
                 b.gep(sums, [j]))
@@ -107,23 +114,24 @@ class BlockSums:
         return out
 
 
-def _build(dtype):
-    name = f"jitorch_block_sums_{dtype}"
+def _build(dtype, squares):
+    name = f"jitorch_block_sums_{dtype}{'_squares' * squares}"
     source = KernelSource(name, "block_sums", ["sum"], [0], [1], 0, 0)
-    source.llvm_ir = _module(dtype, name)
+    source.llvm_ir = _module(dtype, squares, name)
     try:
         return BlockSums(cpu.link_kernel(source, default_cache()))
     except CompileError:
         return None
 
 
-# dtype name -> BlockSums, or None: not buildable
+# (dtype name, squares) -> BlockSums, or None: not buildable
 _kernels = BuiltOnce(_build)
 
 
-def block_sums(blocks):
+def block_sums(blocks, squares=False):
     """The NumPy sum of each row of ``blocks`` (a C-contiguous float32 or float64 array of rows of
-    `summation.BLOCK`), bit for bit, computed on the thread team; None where the kernel cannot be built (the
-    caller runs NumPy)."""
-    kernel = _kernels(blocks.dtype.name)
+    `summation.BLOCK`), bit for bit, computed on the thread team; with ``squares``, of the squares of the
+    elements' magnitudes (``np.add.reduce(np.square(np.abs(blocks)), axis=-1)``). None where the kernel cannot
+    be built (the caller runs NumPy)."""
+    kernel = _kernels(blocks.dtype.name, bool(squares))
     return None if kernel is None else kernel(blocks)

@@ -645,6 +645,8 @@ def _check_vector_norm_nonempty(x, dims, order):
 
 
 def _vector_norm(a, order, axis, keepdims):
+    if order == 2:  # (``|a| ** 2`` is NumPy's square; a sum of squares needs no array of them: `add_reduce`)
+        return add_reduce(a, axis, keepdims, squares=True) ** (1 / order)
     m = np.abs(a)
     if order == math.inf:
         return np.max(m, axis=axis, keepdims=keepdims)

@@ -23,8 +23,8 @@ import numpy as np
 # Elements NumPy 1.x's reduction loop takes at once (its buffer size): a pairwise sum of at most this many is
 # the same under every NumPy version
 BLOCK = 8192
-# (rows of BLOCK, a C-contiguous float32/float64 array) -> each row's NumPy sum, bit for bit, or None (NumPy
-# sums them): registered from above (the runtime cannot import the code generator)
+# (rows of BLOCK, a C-contiguous float32/float64 array; squares) -> each row's NumPy sum (of `_squares` of the
+# rows where ``squares``), bit for bit, or None (NumPy sums them): registered from above (the runtime cannot import the code generator)
 BLOCK_SUMS = None
 # Elements from which `BLOCK_SUMS` computes the whole blocks' sums (not tuned finely): from here a call saves tens
 # of us (NumPy ~1.7 us a block of float32 from the caches, the kernel ~0.9, then a second thread), far more than a
@@ -39,38 +39,48 @@ def _innermost(a):
     return min(dims, key=lambda d: abs(a.strides[d])) if dims else None
 
 
-def _block_sums(blocks):
-    """The sum of each run of ``blocks`` (shape ``(..., BLOCK)``) along its last dim, in NumPy's order."""
+def _squares(a):
+    """``np.square(np.abs(a))``, in one new array."""
+    m = np.abs(a)
+    return np.square(m, out=m)
+
+
+def _block_sums(blocks, squares):
+    """The sum of each run of ``blocks`` (shape ``(..., BLOCK)``) along its last dim, in NumPy's order; of the
+    squares of their magnitudes (`_squares`) where ``squares``."""
     if BLOCK_SUMS is not None and blocks.size >= BLOCK_SUMS_MIN and blocks.dtype.kind == "f" \
             and blocks.dtype.itemsize in (4, 8) and blocks.flags.c_contiguous and blocks.flags.aligned \
             and blocks.dtype.isnative:
-        sums = BLOCK_SUMS(blocks.reshape(-1, BLOCK))
+        sums = BLOCK_SUMS(blocks.reshape(-1, BLOCK), squares)
         if sums is not None:
             return sums.reshape(blocks.shape[:-1])
-    return np.add.reduce(blocks, axis=-1)
+    return np.add.reduce(_squares(blocks) if squares else blocks, axis=-1)
 
 
-def add_reduce(a, axis=None, keepdims=False, out=None):
+def add_reduce(a, axis=None, keepdims=False, out=None, squares=False):
     """``np.add.reduce(a, axis=axis, keepdims=keepdims)`` in an order that does not depend on NumPy's version
     (see the module docstring); ``axis`` an int, a tuple of ints or None (every dim). ``out``: an array of the
     result's shape and dtype it is written into (then returned), C-contiguous as NumPy's own result of a
-    C-contiguous ``a`` (NumPy's reduction loop follows the output's layout)."""
+    C-contiguous ``a`` (NumPy's reduction loop follows the output's layout). ``squares``: the sum of the squares
+    of ``a``'s magnitudes, ``np.square(np.abs(a))`` (a 2-norm's), the same bits, without their array where
+    `BLOCK_SUMS` computes the blocks."""
     if a.size <= BLOCK or a.dtype.kind not in "fc":  # (the commonest: no more than a block in all)
-        return np.add.reduce(a, axis, None, out, keepdims)  # (positional: NumPy parses no keywords)
+        return np.add.reduce(_squares(a) if squares else a, axis, None, out, keepdims)  # (positional: NumPy parses no keywords)
     axes = tuple(range(a.ndim)) if axis is None else \
         tuple(d % a.ndim for d in ((axis,) if isinstance(axis, int) else axis))
     count = 1
     for d in axes:
         count *= a.shape[d]
     if count <= BLOCK or _innermost(a) not in axes:
-        return np.add.reduce(a, axis=axis, keepdims=keepdims, out=out)
+        return np.add.reduce(_squares(a) if squares else a, axis=axis, keepdims=keepdims, out=out)
     kept = [d for d in range(a.ndim) if d not in axes]
     runs = np.transpose(a, kept + list(axes)).reshape([a.shape[d] for d in kept] + [count])
     whole = count - count % BLOCK
-    partial = _block_sums(runs[..., :whole].reshape(runs.shape[:-1] + (whole // BLOCK, BLOCK)))
+    partial = _block_sums(runs[..., :whole].reshape(runs.shape[:-1] + (whole // BLOCK, BLOCK)), squares)
     total = np.add.accumulate(partial, axis=-1)[..., -1]  # (an accumulation adds in order under every NumPy)
     if whole < count:
-        total = total + np.add.reduce(runs[..., whole:], axis=-1)
+        tail = runs[..., whole:]
+        total = total + np.add.reduce(_squares(tail) if squares else tail, axis=-1)
     if keepdims:
         total = total.reshape([1 if d in axes else n for d, n in enumerate(a.shape)])
     if out is not None:
