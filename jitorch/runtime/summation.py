@@ -40,9 +40,9 @@ def _innermost(a):
 
 
 def _squares(a):
-    """``np.square(np.abs(a))``, in one new array."""
+    """``np.square(np.abs(a))``, in one new array (a scalar for a 0-d ``a``)."""
     m = np.abs(a)
-    return np.square(m, out=m)
+    return np.square(m, out=m if m.__class__ is np.ndarray else None)
 
 
 def _block_sums(blocks, squares):
