@@ -1,11 +1,13 @@
-"""Full sums and means of 1M, 16M and 64M float32 / float64 elements: jitorch eager and compiled against torch eager.
+"""Full sums, means and 2-norms of 1M, 16M and 64M float32 / float64 elements: jitorch eager and compiled against
+torch eager.
 
-    python benchmarks/full_sums.py [--quick] [--threads 1,2] [--ops sum,mean]
+    python benchmarks/full_sums.py [--quick] [--threads 1,2] [--ops sum,mean,norm]
 
 Systems, taking turns in blocks as `row_reductions.timed` runs them: torch eager; jitorch eager (``t.sum()``: NumPy's
 pairwise block sums computed on the thread team, `jitorch/codegen/pairwise.py`); jitorch eager with NumPy computing
-those blocks on the calling thread (``summation.BLOCK_SUMS`` unset: what eager did before session 54, the same
-bits); jitorch compiled. Medians of wall time per call (thread CPU time), ratios to torch of the wall medians.
+those blocks on the calling thread (``summation.BLOCK_SUMS`` unset: what eager sums and means did before session 54,
+the same bits; a norm then squares into one new array, where before session 54 it made two); jitorch compiled.
+Medians of wall time per call (thread CPU time), ratios to torch of the wall medians.
 """
 
 from __future__ import annotations
@@ -43,7 +45,7 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="1M and 16M, fewer rounds")
     parser.add_argument("--threads", default="1,2", help="thread counts, comma-separated")
-    parser.add_argument("--ops", default="sum", help="sum and/or mean, comma-separated")
+    parser.add_argument("--ops", default="sum", help="of sum, mean and norm (the 2-norm), comma-separated")
     args = parser.parse_args(argv)
     if torch is None:
         sys.exit("torch is not installed: pip install -e '.[bench]'")
@@ -56,7 +58,7 @@ def main(argv=None):
             array = rng.standard_normal(1 << log).astype(dtype)
             x, tx = jt.from_numpy(array), torch.from_numpy(array)
             for op in args.ops.split(","):
-                fn = {"sum": lambda t: t.sum(), "mean": lambda t: t.mean()}[op]
+                fn = {"sum": lambda t: t.sum(), "mean": lambda t: t.mean(), "norm": lambda t: t.norm()}[op]
                 compiled = jt.compile(fn)
                 want = fn(torch.from_numpy(array.astype(np.float64))).item()
                 for got in (fn(x), compiled(x), numpy_blocks(lambda f=fn, x=x: f(x))()):
