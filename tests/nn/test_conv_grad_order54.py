@@ -8,8 +8,16 @@ import pytest
 import jitorch as jt
 import jitorch.nn.functional as F
 from jitorch.ops import linalg
+from jitorch.runtime import blas_library
 
 torch = pytest.importorskip("torch")
+
+
+@pytest.fixture(autouse=True)
+def _openblas(monkeypatch):
+    """The rule was measured on OpenBLAS and holds where it runs the products (on an Intel CPU with MKL the plain
+    product runs): these tests check it there."""
+    monkeypatch.setattr(blas_library, "chosen", lambda: blas_library.OPENBLAS)
 
 # (conv, input shape, weight shape, stride, padding, dilation): each has at most 128 filters and 2048 or more
 # windows (batch included), and no generated kernel takes its products (`linalg.skinny_shape`)
@@ -120,6 +128,11 @@ def test_the_rule_keeps_many_filters_groups_short_sums_and_generated_kernels_to_
     assert not F._weight_gradient_swapped(jt.zeros(16, 8, 3, 3, requires_grad=True), 1, 72, 36864)
     # float16 is no float BLAS computes here
     assert not F._weight_gradient_swapped(jt.zeros(16, 32, 3, 3, dtype=jt.float16, requires_grad=True), 1, 288, 4096)
+
+
+def test_mkl_keeps_the_plain_product(monkeypatch):
+    monkeypatch.setattr(blas_library, "chosen", lambda: blas_library.MKL)
+    assert not F._weight_gradient_swapped(jt.zeros(16, 32, 3, 3, requires_grad=True), 1, 288, 4096)
 
 
 def test_many_filters_keep_the_plain_product_and_torchs_values(monkeypatch):
