@@ -2,6 +2,7 @@
 convolution on the same shapes, in one process, the two taking turns.
 
     python benchmarks/conv_layers.py [--layers cnn,dcgan] [--repeat 20] [--quick]
+    python benchmarks/conv_layers.py --directions [--threads 1,2] [--layers dcgan] [--repeat 9]
 
 Per layer, the calling thread's CPU ms per call (median) at one thread:
 
@@ -20,6 +21,18 @@ Per layer, the calling thread's CPU ms per call (median) at one thread:
                               one's contributions to the border that its padding crops (`padded_share`); the
                               same share of its forward, input-gradient and weight-gradient products, which a
                               direct convolution would not compute
+
+``--directions`` prints, per layer and direction instead (forward; input gradient ``dx``; weight gradient ``dw``),
+at each of ``--threads``, the ms per call (median; the process's CPU time at one thread, wall time at more) of
+
+    torch                     the direction alone: ``F.conv2d`` / ``F.conv_transpose2d``, or
+                              ``aten.convolution_backward`` asked for that one gradient (oneDNN's kernels)
+    jc                        the direction alone as one jitorch.compile'd call (``autograd.grad`` of the layer
+                              with respect to one operand: layout changes, padding, im2col or col2im, product)
+    gemm                      jitorch's product of that direction alone, on compact operands (`direction_products`)
+
+with ``jc/torch``, the share of the zen4 peak (`PEAK_MACS` multiply-adds per second per thread) that the layer's
+im2col multiply-adds take in ``jc`` and in ``gemm`` (``jc pk%``, ``gemm pk%``), and the padded share (`padded_share`).
 """
 
 from __future__ import annotations
@@ -34,8 +47,10 @@ import time
 import numpy as np
 
 sys.path.insert(0, os.path.abspath(os.path.join(os.path.dirname(__file__), "..")))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import jitorch as jt  # noqa: E402
 import jitorch.nn.functional as F  # noqa: E402
+from timing import settle  # noqa: E402
 
 # (name, transposed, input shape, weight shape, stride, padding)
 LAYERS = {
@@ -139,6 +154,113 @@ def layer_calls(torch, transposed, xshape, wshape, stride, padding):
     return calls
 
 
+PEAK_MACS = 58e9  # float32 multiply-adds per second of one Zen 4 core: one 512-bit FMA a cycle near 3.6 GHz
+DIRECTIONS = ("fwd", "dx", "dw")
+
+
+def layer_macs(transposed, xshape, wshape, stride, padding):
+    """The multiply-adds of the layer's im2col product (each direction's product has as many), for dilation 1 and
+    one group: (C_in * K) * C_out per input position (transposed) or per output position."""
+    n, c = xshape[:2]
+    kernel = math.prod(wshape[2:])
+    if transposed:
+        return n * math.prod(xshape[2:]) * c * kernel * wshape[1]
+    out = [(s + 2 * padding - k) // stride + 1 for s, k in zip(xshape[2:], wshape[2:])]
+    return n * math.prod(out) * c * kernel * wshape[0]
+
+
+def direction_products(transposed, xshape, wshape, stride, padding, generator):
+    """{direction: (callable, expected)}: jitorch's product of each direction of the layer on compact operands of
+    its shapes (``(rows, sum) @ (sum, columns)``; the weight gradient's second operand a transposed view, as the
+    backward reads its windows), and the NumPy product it must equal."""
+    n, c = xshape[:2]
+    kernel = math.prod(wshape[2:])
+    out = [(s + 2 * padding - k) // stride + 1 for s, k in zip(xshape[2:], wshape[2:])]
+    # (sum over channels * K, channels of the other side, columns = positions * batch): a convolution's
+    # forward is (O, C*K) @ (C*K, L*N); a transposed one's is its input gradient, (O*K, C) @ (C, L*N)
+    if transposed:
+        rows, inner, cols = wshape[1] * kernel, c, n * math.prod(xshape[2:])
+        shapes = {"fwd": (rows, inner, cols), "dx": (inner, rows, cols), "dw": (rows, cols, inner)}
+    else:
+        rows, inner, cols = wshape[0], c * kernel, n * math.prod(out)
+        shapes = {"fwd": (rows, inner, cols), "dx": (inner, rows, cols), "dw": (rows, cols, inner)}
+    calls = {}
+    for d, (m, k, p) in shapes.items():
+        a = jt.randn(m, k, generator=generator)
+        b = jt.randn(p, k, generator=generator).t() if d == "dw" else jt.randn(k, p, generator=generator)
+        calls[d] = ((lambda a=a, b=b: jt.matmul(a, b)), (lambda a=a, b=b: a.numpy() @ b.numpy()))
+    return calls
+
+
+def direction_calls(torch, transposed, xshape, wshape, stride, padding):
+    """{direction: {"torch": callable, "jc": callable, "gemm": callable}} for one layer (`--directions`)."""
+    g = jt.Generator().manual_seed(0)
+    x, w = jt.randn(*xshape, generator=g), jt.randn(*wshape, generator=g) * 0.1
+    conv = F.conv_transpose2d if transposed else F.conv2d
+    tconv = torch.nn.functional.conv_transpose2d if transposed else torch.nn.functional.conv2d
+    gy = jt.randn(*conv(x, w, stride=stride, padding=padding).shape, generator=g)
+    tx, tw, tgy = (torch.from_numpy(t.numpy().copy()) for t in (x, w, gy))
+
+    def grad_of(which):
+        def fn(x, w, gy):
+            operands = [x, w]
+            operands[which] = operands[which].detach().requires_grad_()
+            y = conv(*operands, stride=stride, padding=padding)
+            return jt.autograd.grad(y, operands[which], gy)[0]
+        return jt.compile(fn)
+    forward = jt.compile(lambda x, w: conv(x, w, stride=stride, padding=padding))
+    dx, dw = grad_of(0), grad_of(1)
+
+    def torch_grad(mask):
+        return lambda: torch.ops.aten.convolution_backward(tgy, tx, tw, None, [stride] * 2, [padding] * 2, [1, 1],
+                                                           transposed, [0, 0], 1, mask)
+    products = direction_products(transposed, xshape, wshape, stride, padding, g)
+    return {"fwd": {"torch": lambda: tconv(tx, tw, stride=stride, padding=padding), "jc": lambda: forward(x, w),
+                    "gemm": products["fwd"][0]},
+            "dx": {"torch": torch_grad([True, False, False]), "jc": lambda: dx(x, w, gy), "gemm": products["dx"][0]},
+            "dw": {"torch": torch_grad([False, True, False]), "jc": lambda: dw(x, w, gy), "gemm": products["dw"][0]}}
+
+
+def clock_ms(fn, repeat, threads):
+    """Median ms per call of ``fn`` (one untimed call first): the process's CPU time at one thread (a shared
+    machine's other load does not count), wall time at more (the team's waits are the cost), after `settle`."""
+    clock = time.process_time if threads == 1 else time.perf_counter
+    fn()
+    if threads > 1:
+        settle()  # (the other system's spinning workers off the cores)
+    times = []
+    for _ in range(repeat):
+        t0 = clock()
+        fn()
+        times.append(clock() - t0)
+    return statistics.median(times) * 1e3
+
+
+def print_directions(torch, layers, thread_counts, repeat):
+    """The ``--directions`` table (see the module's docstring)."""
+    print(f"{'layer':10s}{'dir':>4s}{'thr':>4s}{'torch':>9s}{'jc':>9s}{'gemm':>9s}{'jc/torch':>9s}{'jc pk%':>8s}"
+          f"{'gemm pk%':>9s}{'pad %':>7s}")
+    for name, *shape in layers:
+        calls = direction_calls(torch, *shape)
+        macs = layer_macs(*shape)
+        for threads in thread_counts:
+            torch.set_num_threads(threads)
+            jt.set_num_threads(threads)
+            for d in DIRECTIONS:
+                times = {c: [] for c in calls[d]}
+                for _ in range(3):  # (the systems take turns)
+                    for c, fn in calls[d].items():
+                        times[c].append(clock_ms(fn, max(1, repeat // 3), threads))
+                ms = {c: statistics.median(t) for c, t in times.items()}
+                peak = PEAK_MACS * threads / 1e3  # multiply-adds per ms
+
+                def share(t):
+                    return 100 * macs / (peak * t)
+                print(f"{name:10s}{d:>4s}{threads:4d}{ms['torch']:9.3f}{ms['jc']:9.3f}{ms['gemm']:9.3f}"
+                      f"{ms['jc'] / ms['torch']:9.2f}{share(ms['jc']):8.1f}{share(ms['gemm']):9.1f}"
+                      f"{100 * padded_share(*shape):7.1f}", flush=True)
+
+
 COLUMNS = ("torch fwd", "jt fwd", "torch f+b", "jt f+b", "jc f+b", "windows", "gemm", "blas", "col2im")
 
 
@@ -147,11 +269,17 @@ def main(argv=None):
     p.add_argument("--layers", default="cnn,dcgan")
     p.add_argument("--repeat", type=int, default=20)
     p.add_argument("--quick", action="store_true", help="the first layer of each set, 3 calls (for tests)")
+    p.add_argument("--directions", action="store_true", help="forward, input and weight gradients apart")
+    p.add_argument("--threads", default="1", help="thread counts of --directions, comma-separated")
     args = p.parse_args(argv)
     import torch
     torch.set_num_threads(1)
     jt.set_num_threads(1)
     repeat = 3 if args.quick else args.repeat
+    if args.directions:
+        layers = [layer for key in args.layers.split(",") for layer in LAYERS[key][:1 if args.quick else None]]
+        print_directions(torch, layers, [int(t) for t in args.threads.split(",")], repeat)
+        return
     print(f"{'layer':10s}" + "".join(f"{c:>11s}" for c in COLUMNS) + f"{'jt/torch f+b':>14s}{'pad %':>7s}")
     for key in args.layers.split(","):
         for name, *shape in LAYERS[key][:1 if args.quick else None]:
