@@ -212,6 +212,18 @@ def moved_words(calls, deltas):
     return moved
 
 
+def adding_words(calls):
+    """Copies of ``calls`` (`call_words`' arrays) that add the product to what the result holds (beta 1,
+    `threads.GEMM_ADDS`) rather than write it over (beta 0): ``out += a @ b`` where the sum of each element is
+    rounded once more, onto what ``out`` held, at the end of each of BLAS's blocks of the inner dim."""
+    added = []
+    for words in calls:
+        copy = (ctypes.c_int64 * len(words))(*words)
+        copy[1] |= threads.GEMM_ADDS
+        added.append(copy)
+    return added
+
+
 def run_words(calls):
     """Make the gemm calls of ``calls`` (`call_words`' arrays): one on this thread, several at once on the team
     (`threads.run_native_parts`, as `run_gemm_calls` runs a split product's), each without the GIL."""
