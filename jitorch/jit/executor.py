@@ -256,6 +256,10 @@ def _matmul_into(arrays, out):
     gemm_words.product(*arrays, out)  # (eager's product, split on the threads' pool where large)
 
 
+def _biased_into(arrays, out):
+    gemm_words.biased_product(*arrays, out)  # (a product and its bias add: `fold_biases_into_products`)
+
+
 def _host_tensors(node):
     """Whether a node's tensor arguments and result are CPU arrays of one NumPy dtype (what a writer
     into an arena buffer takes as they are)."""
@@ -462,8 +466,7 @@ class EagerStep:
             if out not in self.into_arena:
                 _emit_fresh(src, out, indent)
             arrays = ", ".join(_array_expression(src, a) for a in (*node.args, bias))
-            src.emit(f"{src.name(gemm_words.biased_product, 'writer')}({arrays}, env[{src.name(out, 'v')}]._array())",
-                     indent)
+            src.emit(f"{src.name(_biased_into, 'writer')}([{arrays}], env[{src.name(out, 'v')}]._array())", indent)
             return
         if out in self.into_fresh:
             _emit_fresh(src, out, indent)
@@ -1135,7 +1138,7 @@ def fold_biases_into_products(graph, steps, layouts):
     clearing the result nor the add's pass over it remains). The product reads a float matrix whose inner dim is at
     most `ADDED_EXACT_MAX_K` (the same bits as apart), its result nothing but the add, which adds a vector of its
     last dim made before the product; neither result leaves the call or takes a layout of its own."""
-    _, last_use, escaping = lifetimes(graph, steps)
+    _, _, escaping = lifetimes(graph, steps)
     readers, made = {}, {}
     for j, step in enumerate(steps):
         for v in step.reads():
@@ -1143,7 +1146,7 @@ def fold_biases_into_products(graph, steps, layouts):
         for v in step.writes():
             made[v] = j
     dropped = set()
-    for j, step in enumerate(steps):
+    for step in steps:
         folded = _bias_add(step, made, readers, escaping, layouts, steps)
         if folded is not None:
             product, node, bias, out = folded

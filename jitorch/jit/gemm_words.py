@@ -80,7 +80,7 @@ def _words(a, b, out, parts, adds=False):
     `array_product` makes others: made where none are kept; ``adds``: calls that add the product to ``out``
     (`blas_calls.adding_words`)."""
     key = (data_address(a), a.shape, a.strides, a.dtype, data_address(b), b.shape, b.strides, b.dtype,
-           data_address(out), out.shape, out.strides, out.dtype, parts, adds)
+           data_address(out), out.shape, out.strides, out.dtype, adds, parts)
     words = _WORDS.get(key)
     if words is None:
         if len(_WORDS) >= WORDS_LIMIT:
@@ -100,8 +100,8 @@ def _derived(a, b, out, key):
         if words is False:
             return False
         return blas_calls.moved_words(words, [now - then for now, then in zip(addresses, made_at)])
-    made = _made(a, b, out, key[-2])
-    words = False if made is None else blas_calls.adding_words(made) if key[-1] else made
+    made = _made(a, b, out, key[-1])
+    words = False if made is None else blas_calls.adding_words(made) if key[-2] else made
     if layout is not None:
         if len(_LAYOUTS) >= WORDS_LIMIT:
             _LAYOUTS.clear()
