@@ -7,6 +7,7 @@ import pytest
 import torch
 
 import jitorch as jt
+from jitorch.jit import gemm_words
 from jitorch.jit.executor import ADDED_EXACT_MAX_K, EagerStep, KernelStep
 from jitorch.runtime import blas_calls, threads
 
@@ -53,10 +54,11 @@ def test_linear_bias_is_folded_into_its_product(dtype):
     assert [n.op.name for s in ex.steps if isinstance(s, EagerStep) for n in s.nodes].count("matmul") == 2
     compiled = jt.compile(linear_then_product)
     eager = linear_then_product(*args).numpy()
-    before = blas_calls.counters["words calls"]
+    gemm_words._WORDS.clear()
     for _ in range(2):  # (the second call reuses the arena and the kept words)
         np.testing.assert_array_equal(compiled(*args).numpy(), eager)
-    assert blas_calls.counters["words calls"] > before
+    # (one gemm call with beta 1: the key's last two are whether the words add, then the parts)
+    assert [len(words) for key, words in gemm_words._WORDS.items() if key[-2]] == [1]
     expected = linear_then_product(*to_torch(*args)).numpy()
     tol = dict(rtol=1e-4, atol=1e-3) if dtype == jt.float32 else dict(rtol=1e-10, atol=1e-10)
     np.testing.assert_allclose(eager, expected, **tol)
@@ -130,7 +132,30 @@ def test_folded_bias_split_product_at_thread_counts(nthreads):
         jt.set_num_threads(nthreads)
         ex = executable(linear_then_product, x, w, b, z)
         assert len(biased(ex)) == 1
+        gemm_words._WORDS.clear()
         got = jt.compile(linear_then_product)(x, w, b, z).numpy()
+        # (the kept words' key ends with whether they add, then the parts)
+        (added,) = [words for key, words in gemm_words._WORDS.items() if key[-2]]
+        assert len(added) == nthreads and all(words[1] & threads.GEMM_ADDS for words in added)
     finally:
         jt.set_num_threads(old)
     np.testing.assert_array_equal(got, linear_then_product(x, w, b, z).numpy())
+
+
+def test_folded_bias_where_the_product_makes_other_calls(monkeypatch):
+    """Where `array_product` makes other calls than gemm words (a generated kernel's, MKL's parts: here every
+    product, `linalg.whole_gemm` patched to take none), the folded step computes the product into the sum's buffer
+    and adds the bias after: eager's bits still."""
+    from jitorch.ops import linalg
+    monkeypatch.setattr(linalg, "whole_gemm", lambda a, b, out: None)
+    args = operands(jt.float32, 96, seed=7)
+    assert len(biased(executable(linear_then_product, *args))) == 1
+    try:  # (the words kept while patched go after: they would send later products the slow way)
+        gemm_words._WORDS.clear()
+        gemm_words._LAYOUTS.clear()
+        got = jt.compile(linear_then_product)(*args).numpy()
+        assert [words for key, words in gemm_words._WORDS.items() if key[-2]] == [False]
+    finally:
+        gemm_words._WORDS.clear()
+        gemm_words._LAYOUTS.clear()
+    np.testing.assert_array_equal(got, linear_then_product(*args).numpy())
