@@ -48,7 +48,7 @@ from ..ir.fake import fake_tensor
 from ..ir.graph import Value, iter_values, warning_as_traced
 from ..ir.passes.fusion import Group, product_work, reduction_sides
 from ..ir.printer import op_counts
-from ..runtime import logs, profiling, threads
+from ..runtime import blas_calls, logs, profiling, threads
 from . import gemm_words, interop
 from .kernel_runs import KernelRun, kernel_runs
 from .cat_pieces import cat_pieces_into, cat_slices, fold_writers_into_cats, strided_read, write_pieces
@@ -1124,19 +1124,12 @@ def _windows_into(a, source, geometry, transposed, copied, out):
         gemm_words.product(a, copied, out)
 
 
-# The longest inner dim of a product whose bias `fold_biases_into_products` folds in, per dtype: BLAS sums at most
-# so many terms before it rounds onto what the result holds, so beta 1 onto the bias gives the bits of the product
-# and the add apart. OpenBLAS (NumPy 2.4's, Zen 4) sums 448 float32 and 384 float64 terms per block
-# (tests/jit/test_bias_products54.py checks the bits at this bound).
-ADDED_EXACT_MAX_K = {np.dtype(np.float32): 384, np.dtype(np.float64): 384}
-
-
 def fold_biases_into_products(graph, steps, layouts):
     """``steps`` without the kernels that only add a bias to a matrix product's result (``x @ w.t() + b``: a linear
     layer's, whose add fuses with nothing, as before attention or a recurrence): the product's step writes the sum
     (`gemm_words.biased_product`: the bias written first, the product added with beta 1, so neither BLAS's pass
     clearing the result nor the add's pass over it remains). The product reads a float matrix whose inner dim is at
-    most `ADDED_EXACT_MAX_K` (the same bits as apart), its result nothing but the add, which adds a vector of its
+    most `blas_calls.ADDS_EXACT_MAX_K` (the same bits as apart), its result nothing but the add, which adds a vector of its
     last dim made before the product; neither result leaves the call or takes a layout of its own."""
     _, _, escaping = lifetimes(graph, steps)
     readers, made = {}, {}
@@ -1176,7 +1169,7 @@ def _bias_add(step, made, readers, escaping, layouts, steps):
         if (node.op.name not in _PRODUCTS or not _blas_product(node) or len(shape) < 2
                 or tuple(bias.type.shape) != tuple(shape[-1:]) or bias.type.dtype != dtype
                 or tuple(out.type.shape) != tuple(shape) or out.type.dtype != dtype
-                or node.args[0].type.shape[-1] > ADDED_EXACT_MAX_K.get(dtype.np, 0)
+                or node.args[0].type.shape[-1] > blas_calls.ADDS_EXACT_MAX_K.get(dtype.np, 0)
                 or made.get(bias, -1) >= made[p] or readers.get(p) != [step]
                 or any(v in escaping or v in layouts for v in (p, out))):
             continue

@@ -18,6 +18,9 @@ the same answer to whether a and b start at one address (syrk), and the result's
 (NumPy copies an overlapping result first). Those are all that `gemm_calls` decides from beyond the layouts, so operands
 of a kept layout at other addresses make the kept calls with their pointers moved (`blas_calls.moved_words`).
 
+`biased_product` makes a product's calls with beta 1 onto its bias, written first (`executor.fold_biases_into_products`:
+a linear layer's bias add that was a kernel of its own); those words are kept apart (the key says whether they add).
+
 `whole_words` keeps alike the one call of a product that `interop` runs whole beside another (two threads), whose
 words were made anew each call (`whole_gemm`, `gemm_call`: 17 pairs a step in gpt-4x128).
 """
@@ -53,7 +56,7 @@ def biased_product(a, b, bias, out):
     added to it: no pass of BLAS clearing ``out``, none adding the bias after); where `array_product` makes other
     calls, the product into ``out`` and the bias added after. Each element is its product's BLAS sum rounded, then
     the bias added and rounded: the bits of the product and add apart, where BLAS sums the inner dim in one block
-    (`executor.ADDED_EXACT_MAX_K`)."""
+    (`blas_calls.ADDS_EXACT_MAX_K`)."""
     words = _words(a, b, out, threads.product_parts(), adds=True)
     if words is False:
         array_product(a, b, out)
@@ -101,7 +104,9 @@ def _derived(a, b, out, key):
             return False
         return blas_calls.moved_words(words, [now - then for now, then in zip(addresses, made_at)])
     made = _made(a, b, out, key[-1])
-    words = False if made is None else blas_calls.adding_words(made) if key[-2] else made
+    if made is not None and key[-2]:
+        made = blas_calls.adding_words(made, out.dtype)
+    words = False if made is None else made
     if layout is not None:
         if len(_LAYOUTS) >= WORDS_LIMIT:
             _LAYOUTS.clear()

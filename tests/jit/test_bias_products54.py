@@ -8,7 +8,7 @@ import torch
 
 import jitorch as jt
 from jitorch.jit import gemm_words
-from jitorch.jit.executor import ADDED_EXACT_MAX_K, EagerStep, KernelStep
+from jitorch.jit.executor import EagerStep, KernelStep
 from jitorch.runtime import blas_calls, threads
 
 
@@ -42,9 +42,9 @@ def to_torch(*ts):
 @pytest.mark.parametrize("dtype", [jt.float32, jt.float64])
 def test_linear_bias_is_folded_into_its_product(dtype):
     """The add kernel is gone; the product's step writes the sum into its arena buffer with its gemm call made with
-    beta 1; the values are eager's bits (the inner dim at `ADDED_EXACT_MAX_K`, where BLAS sums it in one block) and
+    beta 1; the values are eager's bits (the inner dim at `blas_calls.ADDS_EXACT_MAX_K`, where BLAS sums it in one block) and
     torch's to float tolerance, call after call."""
-    k = ADDED_EXACT_MAX_K[np.dtype(dtype.np)]
+    k = blas_calls.ADDS_EXACT_MAX_K[np.dtype(dtype.np)]
     args = operands(dtype, k)
     ex = executable(linear_then_product, *args)
     ((step, node),) = biased(ex)
@@ -71,18 +71,22 @@ def test_adding_words_make_beta_one_calls():
     a, b = rng.standard_normal((30, 20), np.float32), rng.standard_normal((12, 20), np.float32).T
     out = np.full((30, 12), 2.5, np.float32)
     words = [blas_calls.call_words(a, b, out)]
-    (added,) = blas_calls.adding_words(words)
+    (added,) = blas_calls.adding_words(words, np.dtype(np.float32))
     assert added[1] == words[0][1] | threads.GEMM_ADDS and not words[0][1] & threads.GEMM_ADDS
     blas_calls.run_words([added])
     np.testing.assert_array_equal(out, (a @ b) + np.float32(2.5))
     blas_calls.run_words(words)
     np.testing.assert_array_equal(out, a @ b)
+    # another library's call (MKL's: not OpenBLAS's function, whose blocking the bound describes) is not made to add
+    other = (type(words[0]))(*words[0])
+    other[0] += 16
+    assert blas_calls.adding_words([other], np.dtype(np.float32)) is None
 
 
 def test_long_inner_dim_keeps_its_add_kernel():
-    """Past `ADDED_EXACT_MAX_K` (BLAS would round the bias into a partial sum: other bits than eager's) the add
+    """Past `blas_calls.ADDS_EXACT_MAX_K` (BLAS would round the bias into a partial sum: other bits than eager's) the add
     stays a kernel of its own."""
-    args = operands(jt.float32, ADDED_EXACT_MAX_K[np.dtype(np.float32)] + 1)
+    args = operands(jt.float32, blas_calls.ADDS_EXACT_MAX_K[np.dtype(np.float32)] + 1)
     ex = executable(linear_then_product, *args)
     assert not biased(ex) and len(add_kernels(ex)) == 1
     np.testing.assert_array_equal(jt.compile(linear_then_product)(*args).numpy(), linear_then_product(*args).numpy())
