@@ -48,7 +48,7 @@ from ..ir.fake import fake_tensor
 from ..ir.graph import Value, iter_values, warning_as_traced
 from ..ir.passes.fusion import Group, product_work, reduction_sides
 from ..ir.printer import op_counts
-from ..runtime import logs, profiling, threads
+from ..runtime import blas_calls, logs, profiling, threads
 from . import gemm_words, interop
 from .kernel_runs import KernelRun, kernel_runs
 from .cat_pieces import cat_pieces_into, cat_slices, fold_writers_into_cats, strided_read, write_pieces
@@ -256,6 +256,10 @@ def _matmul_into(arrays, out):
     gemm_words.product(*arrays, out)  # (eager's product, split on the threads' pool where large)
 
 
+def _biased_into(arrays, out):
+    gemm_words.biased_product(*arrays, out)  # (a product and its bias add: `fold_biases_into_products`)
+
+
 def _host_tensors(node):
     """Whether a node's tensor arguments and result are CPU arrays of one NumPy dtype (what a writer
     into an arena buffer takes as they are)."""
@@ -394,20 +398,27 @@ class EagerStep:
         self.windows = {}
         self.laid_out = {}  # filled by the compiled graph: node -> strides its first result is written with
         self.read_flags = set()  # filled by the plan: results of value checks that a step reads or the call returns
+        # filled by `fold_biases_into_products`: a product node -> (the bias added to its result, the sum's value),
+        # the step writing the sum (`gemm_words.biased_product`) where the product's result was
+        self.biases = {}
 
     def reads(self):
         return [v for node in self.nodes for v in
                 (iter_values(self.producers[node][0].args) if node in self.producers else
                  (self.pieces[v][0] if v in self.pieces else v for v in iter_values(node.args)
                   if v not in self.windows or self.windows[v][3]))] + \
-            [source for source, *_ in self.windows.values()]
+            [source for source, *_ in self.windows.values()] + [bias for bias, _ in self.biases.values()]
 
     def writes(self):
-        return [v for node in self.nodes for v in node.outputs]
+        return [self.result(node) if node in self.biases else v for node in self.nodes for v in node.outputs]
+
+    def result(self, node):
+        """The value this step writes for ``node``: its first output, or the sum a product's bias was folded into."""
+        return self.biases[node][1] if node in self.biases else node.outputs[0]
 
     def writers(self):
         """Outputs this step can write into an arena buffer."""
-        return [n.outputs[0] for n in self.nodes if n.op.name in _WRITERS_INTO and _WRITERS_INTO[n.op.name][0](n)]
+        return [self.result(n) for n in self.nodes if n.op.name in _WRITERS_INTO and _WRITERS_INTO[n.op.name][0](n)]
 
     def emit(self, src, indent):
         """This step's lines of the generated call: a product into its arena buffer, a view of a planned
@@ -422,7 +433,7 @@ class EagerStep:
             if src.profiled:  # each node a span of its own: "external" where it writes into the arena (BLAS)
                 src.emit("_s = _clock()", indent)
                 self._emit_node(src, node, indent)
-                kind = "external" if node.outputs[0] in self.into_arena | self.into_fresh else "eager_step"
+                kind = "external" if self.result(node) in self.into_arena | self.into_fresh else "eager_step"
                 name = (self.producers[node][0] if node in self.producers else node).op.name  # (what takes the time)
                 src.emit(f"_r.span({name!r}, {kind!r}, _s, {src.name({'reason': self.reason}, 'c')})", indent)
             else:
@@ -449,6 +460,13 @@ class EagerStep:
                 src.emit(f"env[{src.name(out, 'v')}] = _fresh({src.name(out, 'v')})", indent)
             src.emit(f"_cat_pieces_into([{arrays}], env[{src.name(out, 'v')}]._array(), "
                      f"{src.name(self.slices[node], 'g')})", indent)
+            return
+        if node in self.biases:  # (a product whose bias add was folded in: it writes the sum)
+            bias, out = self.biases[node]
+            if out not in self.into_arena:
+                _emit_fresh(src, out, indent)
+            arrays = ", ".join(_array_expression(src, a) for a in (*node.args, bias))
+            src.emit(f"{src.name(_biased_into, 'writer')}([{arrays}], env[{src.name(out, 'v')}]._array())", indent)
             return
         if out in self.into_fresh:
             _emit_fresh(src, out, indent)
@@ -535,7 +553,7 @@ def _joins_run(step):
 def _product_work(step):
     """A step's multiply-adds if it is one matrix product that a writer computes into its arena buffer (what
     `interop.pair_products` pairs), else None."""
-    if type(step) is not EagerStep or len(step.nodes) != 1 or step.windows:
+    if type(step) is not EagerStep or len(step.nodes) != 1 or step.windows or step.biases:
         return None
     (node,) = step.nodes
     return product_work(node) if node.op.name in _PRODUCTS and _blas_product(node) else None
@@ -1106,6 +1124,59 @@ def _windows_into(a, source, geometry, transposed, copied, out):
         gemm_words.product(a, copied, out)
 
 
+def fold_biases_into_products(graph, steps, layouts):
+    """``steps`` without the kernels that only add a bias to a matrix product's result (``x @ w.t() + b``: a linear
+    layer's, whose add fuses with nothing, as before attention or a recurrence): the product's step writes the sum
+    (`gemm_words.biased_product`: the bias written first, the product added with beta 1, so neither BLAS's pass
+    clearing the result nor the add's pass over it remains). The product reads a float matrix whose inner dim is at
+    most `blas_calls.ADDS_EXACT_MAX_K` (the same bits as apart), its result nothing but the add, which adds a vector of its
+    last dim made before the product; neither result leaves the call or takes a layout of its own."""
+    _, _, escaping = lifetimes(graph, steps)
+    readers, made = {}, {}
+    for j, step in enumerate(steps):
+        for v in step.reads():
+            readers.setdefault(v, []).append(step)
+        for v in step.writes():
+            made[v] = j
+    dropped = set()
+    for step in steps:
+        folded = _bias_add(step, made, readers, escaping, layouts, steps)
+        if folded is not None:
+            product, node, bias, out = folded
+            product.biases[node] = (bias, out)
+            dropped.add(step)
+    return [step for step in steps if step not in dropped]
+
+
+def _bias_add(step, made, readers, escaping, layouts, steps):
+    """(the product's step, its node, the bias, the sum) where ``step`` is a kernel that `fold_biases_into_products`
+    folds into a product, else None."""
+    if type(step) is not KernelStep or step.kernel.source.kind != "pointwise" or step.kernel.source.split is not None \
+            or step.checks or len(step.nodes) != 1:
+        return None
+    (add,) = step.nodes
+    if add.op.name != "add" or len(add.args) < 2 or add.args[2:] not in ((), (1,)):
+        return None
+    out = add.outputs[0]
+    for p, bias in (add.args[:2], add.args[1::-1]):
+        if not (isinstance(p, Value) and isinstance(bias, Value)) or p is bias or p not in made:
+            continue
+        product = steps[made[p]]
+        if type(product) is not EagerStep or len(product.nodes) != 1 or product.windows or product.biases:
+            continue
+        (node,) = product.nodes
+        shape, dtype = p.type.shape, p.type.dtype
+        if (node.op.name not in _PRODUCTS or not _blas_product(node) or len(shape) < 2
+                or tuple(bias.type.shape) != tuple(shape[-1:]) or bias.type.dtype != dtype
+                or tuple(out.type.shape) != tuple(shape) or out.type.dtype != dtype
+                or node.args[0].type.shape[-1] > blas_calls.ADDS_EXACT_MAX_K.get(dtype.np, 0)
+                or made.get(bias, -1) >= made[p] or readers.get(p) != [step]
+                or any(v in escaping or v in layouts for v in (p, out))):
+            continue
+        return product, node, bias, out
+    return None
+
+
 def fold_copies_into_cats(graph, steps, layouts):
     """``steps`` without the copy kernels whose one reader is a ``cat`` of CPU arrays of one dtype (`_host_cat`)
     with a compact result: that cat reads each such copy's source where it lies and writes it into its slice of
@@ -1248,6 +1319,7 @@ class CompiledGraph:
         if self._backend[2] is KernelStep:
             self.steps = fold_copies_into_cats(self.graph, self.steps, self.layouts)
             self.steps = read_windows_in_place(self.graph, self.steps, self.layouts)
+            self.steps = fold_biases_into_products(self.graph, self.steps, self.layouts)
             self.steps = interop.pair_products(self.steps, _product_work, _movable,
                                                lambda a, b: ProductPair(a.nodes + b.nodes, "product pair"),
                                                SPLIT_MIN_WORK)

@@ -18,11 +18,16 @@ the same answer to whether a and b start at one address (syrk), and the result's
 (NumPy copies an overlapping result first). Those are all that `gemm_calls` decides from beyond the layouts, so operands
 of a kept layout at other addresses make the kept calls with their pointers moved (`blas_calls.moved_words`).
 
+`biased_product` makes a product's calls with beta 1 onto its bias, written first (`executor.fold_biases_into_products`:
+a linear layer's bias add that was a kernel of its own); those words are kept apart (the key says whether they add).
+
 `whole_words` keeps alike the one call of a product that `interop` runs whole beside another (two threads), whose
 words were made anew each call (`whole_gemm`, `gemm_call`: 17 pairs a step in gpt-4x128).
 """
 
 from __future__ import annotations
+
+import numpy as np
 
 from ..ops.linalg import array_product, gemm_calls, whole_gemm
 from ..runtime import blas_calls, threads
@@ -45,6 +50,22 @@ def product(a, b, out):
         blas_calls.run_words(words)
 
 
+def biased_product(a, b, bias, out):
+    """``out = a @ b + bias`` (arrays; ``bias`` broadcast over ``out``'s rows, `executor.fold_biases_into_products`):
+    ``bias`` written into ``out`` first, then the kept gemm calls of ``out = a @ b`` made with beta 1 (the product
+    added to it: no pass of BLAS clearing ``out``, none adding the bias after); where `array_product` makes other
+    calls, the product into ``out`` and the bias added after. Each element is its product's BLAS sum rounded, then
+    the bias added and rounded: the bits of the product and add apart, where BLAS sums the inner dim in one block
+    (`blas_calls.ADDS_EXACT_MAX_K`)."""
+    words = _words(a, b, out, threads.product_parts(), adds=True)
+    if words is False:
+        array_product(a, b, out)
+        np.add(out, bias, out=out)
+    else:
+        np.copyto(out, bias)
+        blas_calls.run_words(words)
+
+
 def whole_words(a, b, out):
     """The words of the one gemm call that computes ``out = a @ b`` whole (the call `blas_calls.run_gemm_calls` makes
     of `linalg.whole_gemm`'s operands: `interop`'s products run at once, each on one thread), kept as `product`'s
@@ -57,11 +78,12 @@ def whole_words(a, b, out):
 WHOLE = "whole"
 
 
-def _words(a, b, out, parts):
+def _words(a, b, out, parts, adds=False):
     """The kept words of ``out = a @ b``'s calls in ``parts`` (`threads.product_parts`, or `WHOLE`), or False where
-    `array_product` makes others: made where none are kept."""
+    `array_product` makes others: made where none are kept; ``adds``: calls that add the product to ``out``
+    (`blas_calls.adding_words`)."""
     key = (data_address(a), a.shape, a.strides, a.dtype, data_address(b), b.shape, b.strides, b.dtype,
-           data_address(out), out.shape, out.strides, out.dtype, parts)
+           data_address(out), out.shape, out.strides, out.dtype, adds, parts)
     words = _WORDS.get(key)
     if words is None:
         if len(_WORDS) >= WORDS_LIMIT:
@@ -82,6 +104,8 @@ def _derived(a, b, out, key):
             return False
         return blas_calls.moved_words(words, [now - then for now, then in zip(addresses, made_at)])
     made = _made(a, b, out, key[-1])
+    if made is not None and key[-2]:
+        made = blas_calls.adding_words(made, out.dtype)
     words = False if made is None else made
     if layout is not None:
         if len(_LAYOUTS) >= WORDS_LIMIT:

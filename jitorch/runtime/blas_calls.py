@@ -212,6 +212,28 @@ def moved_words(calls, deltas):
     return moved
 
 
+# The longest inner dim whose sums OpenBLAS (NumPy's) makes in one block, per dtype: up to it, a gemm call with beta 1
+# onto ``c`` gives the bits of ``c + (a @ b)`` (the product rounded, then the add), beyond it the partial sums are
+# rounded onto ``c`` one block at a time. OpenBLAS 0.3 (NumPy 2.4's wheel) on Zen 4 blocks float32 sums by 448 and
+# float64 by 384 terms (tests/jit/test_bias_products54.py checks the bits at the bound).
+ADDS_EXACT_MAX_K = {np.dtype(np.float32): 384, np.dtype(np.float64): 384}
+
+
+def adding_words(calls, dtype):
+    """Copies of ``calls`` (`call_words`' arrays, of ``dtype``) that add the product to what the result holds (beta
+    1, `threads.GEMM_ADDS`) rather than write it over (beta 0): ``out += a @ b``, where each element's sum is rounded
+    onto what ``out`` held at the end of each of BLAS's blocks of the inner dim; None where a call is MKL's (whose
+    blocking `ADDS_EXACT_MAX_K` does not describe)."""
+    if any(words[0] != blas_library.gemm_function(dtype, False) for words in calls):
+        return None
+    added = []
+    for words in calls:
+        copy = (ctypes.c_int64 * len(words))(*words)
+        copy[1] |= threads.GEMM_ADDS
+        added.append(copy)
+    return added
+
+
 def run_words(calls):
     """Make the gemm calls of ``calls`` (`call_words`' arrays): one on this thread, several at once on the team
     (`threads.run_native_parts`, as `run_gemm_calls` runs a split product's), each without the GIL."""

@@ -542,8 +542,10 @@ _OWN_RANGES = """  %pl = getelementptr i64, i64* %pf, i64 2
   %to = load i64, i64* %ph, align 8"""
 _CALLS_RANGE = "  %from = add i64 %lo, 0\n  %to = add i64 %hi, 0"
 # One BLAS gemm call (`runtime.blas_calls`), a part of a product run natively on the team: the argument array
-# (int64) holds the cblas function's address, its kind (0: sgemm, 1: dgemm), then its arguments after the
-# layout (row-major): transA, transB, M, N, K, A, lda, B, ldb, C, ldc (ILP64: 64-bit integers; alpha 1, beta 0).
+# (int64) holds the cblas function's address, its kind (bit 0: sgemm 0, dgemm 1; bit 1 (`GEMM_ADDS`): beta 1, the
+# product added to what C holds, else beta 0), then its arguments after the layout (row-major): transA, transB, M,
+# N, K, A, lda, B, ldb, C, ldc (ILP64: 64-bit integers; alpha 1).
+GEMM_ADDS = 2
 _GEMM_WORDS = 13
 _GEMM_IR = """
 define void @jitorch_gemm_call(i8* %a, i64 %lo, i64 %hi) nounwind {{
@@ -555,17 +557,22 @@ entry:
   %pa = inttoptr i64 %w7 to i8*
   %pb = inttoptr i64 %w9 to i8*
   %pc = inttoptr i64 %w11 to i8*
-  %double = icmp ne i64 %w1, 0
+  %kind = and i64 %w1, 1
+  %double = icmp ne i64 %kind, 0
+  %adds = and i64 %w1, 2
+  %beta1 = icmp ne i64 %adds, 0
+  %bs = select i1 %beta1, float 1.0, float 0.0
+  %bd = select i1 %beta1, double 1.0, double 0.0
   br i1 %double, label %d, label %s
 s:
   %sf = inttoptr i64 %w0 to void (i32, i32, i32, i64, i64, i64, float, i8*, i64, i8*, i64, float, i8*, i64)*
   call void %sf(i32 101, i32 %ta, i32 %tb, i64 %w4, i64 %w5, i64 %w6, float 1.0, i8* %pa, i64 %w8, i8* %pb,
-                i64 %w10, float 0.0, i8* %pc, i64 %w12)
+                i64 %w10, float %bs, i8* %pc, i64 %w12)
   ret void
 d:
   %df = inttoptr i64 %w0 to void (i32, i32, i32, i64, i64, i64, double, i8*, i64, i8*, i64, double, i8*, i64)*
   call void %df(i32 101, i32 %ta, i32 %tb, i64 %w4, i64 %w5, i64 %w6, double 1.0, i8* %pa, i64 %w8, i8* %pb,
-                i64 %w10, double 0.0, i8* %pc, i64 %w12)
+                i64 %w10, double %bd, i8* %pc, i64 %w12)
   ret void
 }}
 """.format(loads="\n".join(f"  %p{j} = getelementptr i64, i64* %w, i64 {j}\n  %w{j} = load i64, i64* %p{j}, align 8"

@@ -75,6 +75,9 @@ def test_a_gpt_steps_products_take_their_operands_as_they_lie(monkeypatch):
     # (each product through `array_product`, whose calls of NumPy's matmul this watches, rather than the gemm call
     # kept for its operands: the same operands reach BLAS either way)
     monkeypatch.setattr(gemm_words, "product", lambda a, b, out: linalg.array_product(a, b, out))
+    # (a product whose bias add is folded in, `executor.fold_biases_into_products`, likewise, its bias added after)
+    monkeypatch.setattr(gemm_words, "biased_product",
+                        lambda a, b, bias, out: np.add(linalg.array_product(a, b, out), bias, out=out))
     monkeypatch.setattr(linalg, "_product", lambda a, b, one_term, out=None, work=None: calls.append(
         (a, b, out, product(a, b, one_term, out, work))) or calls[-1][3])
     compiled(model, idx, targets)
