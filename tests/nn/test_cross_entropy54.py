@@ -119,3 +119,27 @@ def test_a_compiled_step_traces_the_composition():
     names = [n.op.name for n in compiled.lower(w, x, target).graph.nodes]
     assert "gather" in names or "eq" in names, names
     np.testing.assert_allclose(compiled(w, x, target).detach().numpy(), eager.detach().numpy(), rtol=1e-6)
+
+
+def test_an_eager_linear_layer_in_grad_mode_takes_the_fast_path(monkeypatch):
+    """nn.Linear in a training step: the op's fast path computes and records (the general path's dispatch
+    doubled the layer's time, session 54), with torch's gradients."""
+    from jitorch.ops import registry
+    calls = []
+    monkeypatch.setattr(registry, "call", lambda *a, **k: calls.append(a[0].name))
+    data = np.random.default_rng(5).standard_normal((6, 3)).astype(np.float32)
+    layer = jt.nn.Linear(3, 4)
+    x = jt.tensor(data, requires_grad=True)
+    y = layer(x)
+    assert calls == [] and y.grad_fn.name() == "LinearBackward0"
+    monkeypatch.undo()
+    y.sum().backward()
+    reference = torch.nn.Linear(3, 4)
+    with torch.no_grad():
+        reference.weight.copy_(torch.tensor(layer.weight.detach().numpy()))
+        reference.bias.copy_(torch.tensor(layer.bias.detach().numpy()))
+    t = torch.tensor(data, requires_grad=True)
+    reference(t).sum().backward()
+    np.testing.assert_allclose(y.detach().numpy(), reference(t).detach().numpy(), rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(layer.weight.grad.numpy(), reference.weight.grad.numpy(), rtol=1e-6)
+    np.testing.assert_allclose(x.grad.numpy(), t.grad.numpy(), rtol=1e-6)
