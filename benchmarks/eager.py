@@ -12,6 +12,11 @@ jitorch/NumPy and jitorch/torch (lower is better for jitorch).
 (1x1) tensors, where the time is all dispatch: each system's calls are timed in
 turns within one process, in CPU time (torch on one thread), so other load on
 the machine affects them little and alike.
+
+``--autograd`` prints, timed so too, the cost of calls in grad mode on a small
+batch (64 rows): recording the backward node, ``backward()`` through it, and the
+README demo's training step (`AUTOGRAD_CASES`), where the time is dispatch,
+autograd's graph and engine, and little arithmetic (no NumPy column).
 """
 
 from __future__ import annotations
@@ -137,6 +142,57 @@ def overhead(number, repeat):
     return rows
 
 
+def _autograd_case(lib, label):
+    """A call of ``lib`` (jitorch or torch) for the `autograd_rows` row ``label``, on its own tensors."""
+    gen = np.random.default_rng(0)
+    x = lib.tensor(gen.standard_normal((64, 10)).astype(np.float32), requires_grad=True)
+    y = lib.tensor(gen.standard_normal((64, 10)).astype(np.float32))
+    h = lib.tensor(gen.standard_normal((64, 64)).astype(np.float32), requires_grad=True)
+    target = lib.tensor(gen.integers(0, 10, 64))
+    F = lib.nn.functional
+    layer = lib.nn.Linear(64, 256)
+    if label == "mlp step":  # (benchmarks/contention.py's: the README demo's step)
+        nn = lib.nn
+        model = nn.Sequential(nn.Linear(64, 256), nn.ReLU(), nn.Linear(256, 256), nn.ReLU(), nn.Linear(256, 10))
+        opt = lib.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+        data = lib.tensor(gen.random((64, 64)).astype(np.float32))
+
+        def step():
+            opt.zero_grad()
+            F.cross_entropy(model(data), target).backward()
+            opt.step()
+        return step
+    return {"x * y": lambda: x * y,
+            "(x * y).sum().backward()": lambda: (x * y).sum().backward(),
+            "linear(h)": lambda: layer(h),
+            "linear(h).sum().backward()": lambda: layer(h).sum().backward(),
+            "relu(h).sum().backward()": lambda: lib.relu(h).sum().backward(),
+            "cross_entropy(x, t)": lambda: F.cross_entropy(x, target),
+            "cross_entropy.backward()": lambda: F.cross_entropy(x, target).backward()}[label]
+
+
+AUTOGRAD_CASES = ("x * y", "(x * y).sum().backward()", "linear(h)", "linear(h).sum().backward()",
+                  "relu(h).sum().backward()", "cross_entropy(x, t)", "cross_entropy.backward()", "mlp step")
+
+
+def autograd_rows(number, repeat):
+    """Rows (label, jitorch, None, torch seconds per call) of `AUTOGRAD_CASES`, timed as `overhead` times its
+    rows (process CPU time, the systems in turns, torch on one thread; jitorch at one thread too)."""
+    jt.set_num_threads(1)
+    if torch is not None:
+        torch.set_num_threads(1)
+    rows = []
+    for label in AUTOGRAD_CASES:
+        fns = [_autograd_case(jt, label)] + ([_autograd_case(torch, label)] if torch is not None else [])
+        calls = number // 10 if label == "mlp step" else number
+        best = [float("inf")] * len(fns)
+        for _ in range(repeat):
+            best = [min(t, timeit.timeit(f, number=calls, timer=time.process_time)) for t, f in zip(best, fns)]
+        times = [t / calls for t in best]
+        rows.append((label, times[0], None, times[1] if torch is not None else None))
+    return rows
+
+
 def fmt(seconds):
     if seconds is None:
         return "-"
@@ -150,9 +206,12 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="smaller sizes, fewer repeats")
     parser.add_argument("--overhead", action="store_true", help="per-call cost of common ops on 1x1 tensors")
+    parser.add_argument("--autograd", action="store_true", help="per-call cost in grad mode, backward, a training step")
     args = parser.parse_args(argv)
     repeat = 3 if args.quick else 5
-    if args.overhead:
+    if args.autograd:
+        rows = autograd_rows(50 if args.quick else 1000, repeat)
+    elif args.overhead:
         rows = overhead(2000 if args.quick else 20000, repeat)
     else:
         rows = []
@@ -162,12 +221,14 @@ def main(argv=None):
             tn = best_time(n, number, repeat)
             tt = best_time(t, number, repeat) if t else None
             rows.append((label, tj, tn, tt))
-    head = f"{'case':<20} {'jitorch':>10} {'numpy':>10} {'torch':>10} {'jt/numpy':>9} {'jt/torch':>9}"
+    width = max(20, *(len(row[0]) for row in rows))
+    head = f"{'case':<{width}} {'jitorch':>10} {'numpy':>10} {'torch':>10} {'jt/numpy':>9} {'jt/torch':>9}"
     print(head)
     print("-" * len(head))
     for label, tj, tn, tt in rows:
         rt = f"{tj / tt:.2f}x" if tt else "-"
-        print(f"{label:<20} {fmt(tj):>10} {fmt(tn):>10} {fmt(tt):>10} {tj / tn:>8.2f}x {rt:>9}")
+        rn = f"{tj / tn:.2f}x" if tn else "-"
+        print(f"{label:<{width}} {fmt(tj):>10} {fmt(tn):>10} {fmt(tt):>10} {rn:>9} {rt:>9}")
     return rows
 
 

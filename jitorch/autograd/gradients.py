@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import numpy as np
+
 from ..ops import registry
+from ..runtime import dtypes
 from . import engine
 
 
@@ -12,6 +15,19 @@ def _as_tuple(x):
     return tuple(x) if isinstance(x, (tuple, list)) and not hasattr(x, "_fields") else (x,)  # (a GradientEdge: one)
 
 
+def _ones_like(out):
+    """The implicit gradient of a scalar output, ``ones_like(out)``: a fresh one-element array where the op would
+    make only that (a plain CPU float tensor with values, no dispatch hook to see the call: a trace, a profile,
+    vmap), the op otherwise. Its dispatch took a third of a small ``loss.backward()``'s time (session 54)."""
+    if (not registry.DISPATCH_HOOKS and out.__class__ is registry.Tensor and out.dtype in _PLAIN_ONES
+            and out._storage._data is not None and out.device.type == "cpu"):
+        return registry.Tensor._fresh(np.ones(out._shape, out.dtype.np), out.dtype)
+    return registry.FUNCTIONS["ones_like"](out)
+
+
+_PLAIN_ONES = (dtypes.float32, dtypes.float64)
+
+
 def _root_grads(outputs, grad_outputs):
     grads = []
     for i, out in enumerate(outputs):
@@ -19,7 +35,7 @@ def _root_grads(outputs, grad_outputs):
         if g is None:
             if out.numel() != 1:
                 raise RuntimeError("grad can be implicitly created only for scalar outputs")
-            g = registry.FUNCTIONS["ones_like"](out)
+            g = _ones_like(out)
         elif tuple(g.shape) != tuple(out.shape):
             raise RuntimeError(f"Mismatch in shape: grad_output[{i}] has a shape of {list(g.shape)} and "
                                f"output[{i}] has a shape of {list(out.shape)}.")

@@ -2851,7 +2851,8 @@ def _check_targets(input, target):
         if target.shape[0] != 1:
             raise ValueError(f"For 1D input, 1D target must have size 1, but got target size: {target.shape[0]}")
         target = target.reshape(())
-    return target.to(jt.int64)
+    # (``to`` of an int64 target is the target itself: its call cost a loss step ~4 us, twice for cross_entropy)
+    return target if target.dtype is jt.int64 else target.to(jt.int64)
 
 
 def _picked_weights(target, weight, ignore_index, classes, dtype):
@@ -2882,6 +2883,54 @@ def _class_last(input):
     return input if input.ndim <= 2 else input.movedim(1, -1)
 
 
+def _picked_loss(input, target, reduction):
+    """nll_loss where every target's weight is 1 (`_all_picked`): the general formula's products by ones and their
+    sum (exact counts) give these bits, in five ops rather than a dozen (0.4 ms a step around the CNN benchmark's
+    compiled model)."""
+    loss = -_class_last(input).gather(-1, target.unsqueeze(-1)).squeeze(-1)
+    if reduction == "none":
+        return loss
+    return loss.sum() if reduction == "sum" else loss.sum() / target.numel()
+
+
+class _PickedLoss(jt.autograd.Function):
+    """`_picked_loss` of an eager (N, C) or (C,) input in grad mode as one backward node, as torch's
+    NllLossBackward0: the composition records five (gather, squeeze, neg, sum, div), each a dispatch forward and
+    a rule of one to three ops backward (a cross-entropy step's loss took ~10x torch's time, session 54). Its
+    values are the composition's bits: the forward's pick and negation are exact (one NumPy selection here), its
+    sum and mean the same ops; the backward's the rules' in their order (the mean's ``g / n`` by the same op,
+    negated, added into zeros at each target's class as gather's rule adds: ``0 + -g``, +0.0 for a -0.0). Like
+    torch's node it saves the input and the targets (a later in-place write into either fails the backward)."""
+
+    @staticmethod
+    def forward(ctx, input, target, reduction):
+        ctx.reduction = reduction
+        ctx.save_for_backward(input, target)
+        index = target._array()[..., None]
+        picked = np.take_along_axis(input._array(), index, -1)[..., 0]
+        loss = jt.Tensor._fresh(np.negative(picked, out=np.empty(picked.shape, picked.dtype)), input.dtype)
+        if reduction == "none":
+            return loss
+        return loss.sum() if reduction == "sum" else loss.sum() / target.numel()
+
+    @staticmethod
+    def backward(ctx, g):
+        input, target = ctx.saved_tensors
+        if _backward_records(g):  # (a graph of the backward, or a trace of it: the composition's own rules)
+            create_graph = jt.is_grad_enabled()
+            with jt.enable_grad():
+                return jt.autograd.grad(_picked_loss(input, target, ctx.reduction), input, g,
+                                        create_graph=create_graph)[0], None, None
+        if ctx.reduction == "mean":
+            g = g / target.numel()
+        index = target._array()[..., None]
+        picked = np.zeros(index.shape, g.dtype.np)
+        picked -= np.broadcast_to(g._array(), target.shape)[..., None]
+        grad = np.zeros(input.shape, g.dtype.np)
+        np.put_along_axis(grad, index, picked, -1)
+        return jt.Tensor._fresh(grad, g.dtype), None, None
+
+
 @autocasts("nll_loss")
 @_saves("input", "target", "weight")
 @not_differentiable("nll_loss_forward", "weight")
@@ -2893,12 +2942,9 @@ def nll_loss(input, target, weight=None, size_average=None, ignore_index=-100, r
     classes = input.shape[0] if input.ndim == 1 else input.shape[1]
     _check_class_weight(weight, classes)
     if weight is None and input.dtype in (jt.float32, jt.float64) and _all_picked(target, ignore_index, classes):
-        # every target's weight is 1: the general formula's products by ones and their sum (exact counts) give
-        # these bits, in five ops rather than a dozen (0.4 ms a step around the CNN benchmark's compiled model)
-        loss = -_class_last(input).gather(-1, target.unsqueeze(-1)).squeeze(-1)
-        if reduction == "none":
-            return loss
-        return loss.sum() if reduction == "sum" else loss.sum() / target.numel()
+        if input.ndim <= 2 and input._requires_grad and jt.is_grad_enabled() and _numpy_shortcut(input):
+            return _PickedLoss.apply(input, target, reduction)
+        return _picked_loss(input, target, reduction)
     safe, picked, ignored = _picked_weights(target, weight, ignore_index, classes, input.dtype)
     logp = _class_last(input).gather(-1, safe.unsqueeze(-1)).squeeze(-1)
     # an ignored target's loss is a selected 0, not a product by a 0 weight: torch's loss there is +0 and its

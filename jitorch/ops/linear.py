@@ -60,9 +60,10 @@ _FAST_DTYPES = (_dt.float32, _dt.float64)
 def _linear_fast(args, record=True):
     """`registry.OpDef.fast` of ``linear``: the product of CPU float32 or float64 tensors of one dtype whose
     shapes agree, computed as `_linear_cpu` computes it, without the general path's conversion, meta rule
-    and wrapping; None (the general path, which raises the errors and records the backward node) for
-    anything else, and for tensors that require grad while grad mode records it. Each layer of a model's
-    eager forward calls it, where the general path cost more than the product of a few rows."""
+    and wrapping, its backward node recorded as `registry.record_fast` records it where a tensor requires grad in
+    grad mode (None there if not ``record``); None (the general path, which raises the errors) for anything else.
+    Each layer of a model's eager forward calls it, where the general path cost more than the product of a few
+    rows (in a training step too: session 54)."""
     x, weight, bias = args
     Tensor = registry.Tensor
     if not (isinstance(x, Tensor) and isinstance(weight, Tensor)) or x.device is not CPU or weight.device is not CPU:
@@ -77,7 +78,8 @@ def _linear_fast(args, record=True):
         if not isinstance(bias, Tensor) or bias.dtype is not dtype or bias.device is not CPU or bias._shape != wshape[:1]:
             return None
         grad = grad or bias._requires_grad
-    if grad and registry.records_grad():
+    grad = grad and registry.records_grad()
+    if grad and not record:
         return None
     xa = x._arr if x._arr is not None else x._array()
     wa = weight._arr if weight._arr is not None else weight._array()
@@ -88,7 +90,8 @@ def _linear_fast(args, record=True):
             out += bias._arr if bias._arr is not None else bias._array()
     finally:
         fp_errors.leave(token)
-    return Tensor._fresh(out if len(shape) == 2 else out.reshape(shape[:-1] + wshape[:1]), dtype)
+    result = Tensor._fresh(out if len(shape) == 2 else out.reshape(shape[:-1] + wshape[:1]), dtype)
+    return registry.record_fast(_op, args, result) if grad else result
 
 
 _op = defop("linear(Tensor input, Tensor weight, Tensor? bias=None) -> Tensor", meta=_linear_meta, cpu=_linear_cpu,
