@@ -125,11 +125,11 @@ def test_an_eager_linear_layer_in_grad_mode_takes_the_fast_path(monkeypatch):
     """nn.Linear in a training step: the op's fast path computes and records (the general path's dispatch
     doubled the layer's time, session 54), with torch's gradients."""
     from jitorch.ops import registry
-    calls = []
-    monkeypatch.setattr(registry, "call", lambda *a, **k: calls.append(a[0].name))
     data = np.random.default_rng(5).standard_normal((6, 3)).astype(np.float32)
     layer = jt.nn.Linear(3, 4)
     x = jt.tensor(data, requires_grad=True)
+    calls = []
+    monkeypatch.setattr(registry, "call", lambda *a, **k: calls.append(a[0].name))
     y = layer(x)
     assert calls == [] and y.grad_fn.name() == "LinearBackward0"
     monkeypatch.undo()
