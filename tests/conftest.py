@@ -20,19 +20,20 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 # Set before torch loads; jitorch's own kernels take JITORCH_NUM_THREADS, not this.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
-import numpy as np  # noqa: E402
-import pytest  # noqa: E402
-from hypothesis import HealthCheck, settings  # noqa: E402
-
-
 # Byte code is cached even where the environment says PYTHONDONTWRITEBYTECODE=1 (these machines do): each
 # xdist worker collects the whole suite, and pytest's assertion rewriting of the test modules, which it
 # caches only when sys.dont_write_bytecode is false, was half of a worker's collection (12.6 of 24 s of CPU);
 # jitorch's own modules, compiled by a worker once, are then read by the suite's fresh Python processes
 # (ranks, examples, README blocks, scripts), which compiled all of jitorch in 1.0 s of CPU each, 0.3 s from
 # pycs (tests/test_readme.py's 36 processes: 45 s of CPU, 28 s). pytest and Python check each cached file
-# against its source before using it.
+# against its source before using it. Set before hypothesis loads: pytest rewrites the asserts of a plugin's
+# package too (hypothesis's 82 modules, 1.2 s of CPU in each of the run's three pytest processes).
 sys.dont_write_bytecode = False
+
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+from hypothesis import HealthCheck, settings  # noqa: E402
+
 
 # Compiled kernels go to a cache of the test session's own, not the user's ~/.cache/jitorch.
 if "JITORCH_CACHE_DIR" not in os.environ:
