@@ -29,9 +29,9 @@ def drawn_tensor(draw, dtypes):
     return t, draw(st.integers(-len(shape), len(shape) - 1))
 
 
-def both(fn, x, exact=True, names=False):
+def both(fn, x, exact=True, names=False, atol=1e-6):
     """``fn`` on a CUDA copy of ``x`` (emulated) against the CPU: the ops launched (their kernel names if
-    ``names``)."""
+    ``names``). Not ``exact``: to ``rtol=1e-5`` and ``atol`` (a number, or one per element)."""
     with use_backend(FakeBackend(emulate="ptx")) as fake:
         got = fn(copy_layout(x, "cuda"))
         ops = [launch.name if names else launch.ops for launch in fake.launches]
@@ -43,7 +43,10 @@ def both(fn, x, exact=True, names=False):
         if exact:
             np.testing.assert_array_equal(g.numpy(), w.numpy())
         else:
-            np.testing.assert_allclose(g.numpy(), w.numpy(), rtol=1e-5, atol=1e-6)
+            a, b = g.numpy().astype(np.float64), w.numpy().astype(np.float64)
+            with np.errstate(invalid="ignore"):
+                ok = (a == b) | (np.isnan(a) & np.isnan(b)) | (np.abs(a - b) <= atol + 1e-5 * np.abs(b))
+            assert ok.all(), (a[~ok], b[~ok], np.broadcast_to(atol, ok.shape)[~ok])
     return ops
 
 
@@ -85,10 +88,15 @@ def test_few_long_lines_walk_in_chunks(data, op):
         values.flat[rng.integers(0, values.size, 2)] = np.nan
     x, _ = tensor_and_array(values.astype(dtype.np), data.draw(st.sampled_from(support.LAYOUTS)))
     dim = shape.index(n)
+    # a reassociated sum's rounding is relative to the magnitudes summed, not to a result that cancels (a prefix
+    # of 99 values in [-55, 55) ending at -1.1 was 1.5e-5 off: hypothesis 6.170's draw): per element, a bound of
+    # 40 roundings (the chunks of 32, then their carries) of the prefix's sum of magnitudes
+    prefix = np.cumsum(np.abs(values.astype(np.float64)), axis=dim)
+    atol = 1e-6 + 40 * float(np.finfo(np.float32).eps) * prefix if op == "cumsum" else 1e-6
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(scan, "LONG_LINE", 40)
         launches = both(lambda t: getattr(t, op)(dim), x, exact=not (op.startswith("cum") and dtype.is_floating_point),
-                        names=True)
+                        names=True, atol=atol)
     phases = ("totals", "carries", "prefixes") if op.startswith("cum") else ("extremes", "pick")
     assert [name for name in launches if any(p in name for p in phases)] and \
         all(any(f"_{p}_" in name for name in launches) for p in phases)
