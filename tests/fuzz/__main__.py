@@ -1,5 +1,5 @@
 """The fuzzer's long mode: ``python -m tests.fuzz --hours 1 [--cuda] [--start SEED] [--chains SHARE] [--statements N]
-[--programs N] [--namespaced] [--out-views SHARE] [--losses SHARE] [--nets SHARE] [--convs SHARE] [--reach]
+[--programs N] [--namespaced] [--out-views SHARE] [--losses SHARE] [--nets SHARE] [--convs SHARE] [--reach] [--export]
 [--report FILE]``.
 
 Generates and checks programs from consecutive seeds until the time is up; prints the programs and ops
@@ -29,7 +29,10 @@ its parameters and inputs written between forward and backward, second losses, r
 penalties (`models.generate_model`), against eager jitorch and torch; ``--rows 0.2`` follows 20% of their layers by
 a row softmax; with ``--convs 0.5`` half of those of one leading dim take images through a convolution stem,
 channels-last at times (`models._conv_stem`). ``--threads N`` sets jitorch's and torch's thread counts
-(``set_num_threads``) for the run.
+(``set_num_threads``) for the run. ``--export`` also exports each program with ``jitorch.export`` on its first call's
+inputs, saves it to a file, loads it back and calls it on the three calls' layouts, against eager calls without the
+rebinding (`oracle.run_exported`): its outputs' values, dtypes, shapes, which of them view an input, and the inputs'
+memory after each call; with ``--reach``, ``exported`` counts the programs the export took.
 """
 
 from __future__ import annotations
@@ -53,7 +56,7 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 from .generator import generate, op_table  # noqa: E402
 from .minimise import minimise  # noqa: E402
 from .models import check_model, generate_model, minimise_model, model_source  # noqa: E402
-from .oracle import CPU_MODES, MODES, check, signature  # noqa: E402
+from .oracle import CPU_MODES, EXPORTED, MODES, check, signature  # noqa: E402
 from .program import source  # noqa: E402
 from .reach import Reach  # noqa: E402
 
@@ -95,6 +98,8 @@ def main(argv=None):
     parser.add_argument("--rows", type=float, default=0.0,
                         help="with --models, the share of layers a row softmax follows")
     parser.add_argument("--threads", type=int, default=0, help="jitorch's and torch's thread count (0: as set)")
+    parser.add_argument("--export", action="store_true",
+                        help="also export each program, save, load and call it (tests/fuzz/oracle.py, run_exported)")
     parser.add_argument("--report", default="fuzz-failures.txt")
     args = parser.parse_args(argv)
     if args.threads:
@@ -103,7 +108,7 @@ def main(argv=None):
         jitorch.set_num_threads(args.threads)
         torch.set_num_threads(args.threads)
     seconds = 3600 * args.hours + 60 * args.minutes or 60.0
-    modes = MODES if args.cuda else CPU_MODES
+    modes = (MODES if args.cuda else CPU_MODES) + ((EXPORTED,) if args.export else ())
     warnings.simplefilter("ignore")
     table = op_table(args.namespaced)
     started = time.time()
@@ -163,7 +168,7 @@ def _burst(args, seconds, modes, table, seen, started, reach):
                 print(f"failure again ({sig[0]} vs {sig[1]}: {sig[2]}): seed {seed}", flush=True)
         seed += 1
         if reach is not None:
-            reach.program(program.grad)
+            reach.program(program.grad, exported=not args.models and outcome.exported)
         if programs % 50 == 0:
             _progress(started, programs, ops, failing, len(seen))
     _progress(started, programs, ops, failing, len(seen))
