@@ -1,5 +1,6 @@
 """The fuzzer's long mode: ``python -m tests.fuzz --hours 1 [--cuda] [--start SEED] [--chains SHARE] [--statements N]
-[--programs N] [--namespaced] [--out-views SHARE] [--losses SHARE] [--nets SHARE] [--convs SHARE] [--reach] [--export]
+[--programs N] [--namespaced] [--out-views SHARE] [--losses SHARE] [--nets SHARE] [--convs SHARE] [--regions SHARE]
+[--reach] [--export]
 [--report FILE]``.
 
 Generates and checks programs from consecutive seeds until the time is up; prints the programs and ops
@@ -32,7 +33,10 @@ channels-last at times (`models._conv_stem`). ``--threads N`` sets jitorch's and
 (``set_num_threads``) for the run. ``--export`` also exports each program with ``jitorch.export`` on its first call's
 inputs, saves it to a file, loads it back and calls it on the three calls' layouts, against eager calls without the
 rebinding (`oracle.run_exported`): its outputs' values, dtypes, shapes, which of them view an input, and the inputs'
-memory after each call; with ``--reach``, ``exported`` counts the programs the export took.
+memory after each call; with ``--reach``, ``exported`` counts the programs the export took. ``--regions 0.2`` draws
+20% of the statements inside a ``with`` region: ``no_grad``, ``enable_grad``, ``set_grad_enabled(False)``,
+``inference_mode``, ``autocast`` to bfloat16 or float16 (`generator.Generator.in_region`); with ``--reach``,
+``grad-mode region`` and ``autocast region`` count the programs holding one.
 """
 
 from __future__ import annotations
@@ -58,7 +62,7 @@ from .minimise import minimise  # noqa: E402
 from .models import check_model, generate_model, minimise_model, model_source  # noqa: E402
 from .oracle import CPU_MODES, EXPORTED, MODES, check, signature  # noqa: E402
 from .program import source  # noqa: E402
-from .reach import Reach  # noqa: E402
+from .reach import Reach, program_regions  # noqa: E402
 
 
 def describe(program, mismatches):
@@ -91,6 +95,8 @@ def main(argv=None):
                         help="the share of network-pattern statements (GELU MLPs, attention, wide losses and maps)")
     parser.add_argument("--convs", type=float, default=0.0,
                         help="the share of convolution-pattern statements (channels-last half the time)")
+    parser.add_argument("--regions", type=float, default=0.0,
+                        help="the share of statements inside a grad-mode or autocast region")
     parser.add_argument("--reach", action="store_true",
                         help="count the programs reaching each of the compiler's newest parts (tests/fuzz/reach.py)")
     parser.add_argument("--models", action="store_true",
@@ -135,7 +141,7 @@ def _burst(args, seconds, modes, table, seen, started, reach):
             outcome = check_model(program)
         else:
             program, _ = generate(seed, args.statements, table=table, chains=args.chains, out_views=args.out_views,
-                                  losses=args.losses, nets=args.nets, convs=args.convs)
+                                  losses=args.losses, nets=args.nets, convs=args.convs, regions=args.regions)
             outcome = check(program, modes)
         programs += 1
         ops += len(program.forward) if args.models else program.n_ops
@@ -158,7 +164,7 @@ def _burst(args, seconds, modes, table, seen, started, reach):
                 small = minimise(program, first, modes)
                 # (the seed alone draws another program under other options than the defaults)
                 text = (f"generate({seed}, {args.statements}, chains={args.chains}, out_views={args.out_views}, "
-                        f"losses={args.losses}, nets={args.nets}, convs={args.convs}, "
+                        f"losses={args.losses}, nets={args.nets}, convs={args.convs}, regions={args.regions}, "
                         f"table=op_table({args.namespaced})):\n"
                         + describe(small, check(small, modes).mismatches or [first]))
                 print(f"\nnew failure ({sig[0]} vs {sig[1]}: {sig[2]}):\n{text}\n", flush=True)
@@ -168,7 +174,8 @@ def _burst(args, seconds, modes, table, seen, started, reach):
                 print(f"failure again ({sig[0]} vs {sig[1]}: {sig[2]}): seed {seed}", flush=True)
         seed += 1
         if reach is not None:
-            reach.program(program.grad, exported=not args.models and outcome.exported)
+            reach.program(program.grad, exported=not args.models and outcome.exported,
+                          regions=() if args.models else program_regions(program))
         if programs % 50 == 0:
             _progress(started, programs, ops, failing, len(seen))
     _progress(started, programs, ops, failing, len(seen))
