@@ -649,7 +649,11 @@ def _check_exported(program):
     except Exception as e:
         got = [CallRecord(error=f"{type(e).__name__}: {e}")]
     want = [_unstated(r) for r in _guarded(_unbound_eager, program, "eager")]
-    if len(got) > 1 and len(want) > 1 and len(want[0].outputs) == len(want[1].outputs) == len(got[1].outputs):
+    if any("as_strided" in line for s in program.body for line in s.lines):
+        # ``as_strided`` addresses memory, which an exported program's is the example's layout: only the calls on
+        # that layout, the first and third, are compared (docs/differences-from-torch.md; fuzz seed 3000490)
+        got, want = got[:1] + got[2:], want[:1] + want[2:]
+    elif len(got) > 1 and len(want) > 1 and len(want[0].outputs) == len(want[1].outputs) == len(got[1].outputs):
         # an output that eager makes a view of an input or new memory by the input's layout (``x.contiguous()``,
         # ``reshape``) is what it was on the example's layout, the first call's: in the second call its sharing is
         # not compared (docs/differences-from-torch.md; fuzz seed 3000293)

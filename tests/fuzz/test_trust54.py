@@ -88,12 +88,13 @@ def test_export_refuses_an_in_place_view_op_on_an_input_seed_3000022():
 
 
 @pytest.mark.parametrize("seed, exported", [(1005, True), (1052, True), (3000022, False), (3000169, False),
-                                           (3000293, True)])
+                                           (3000293, True), (3000490, True)])
 def test_export_seeds_agree_with_eager_and_torch(seed, exported):
     """The seeds that failed ``--export`` (1052: views of a captured tensor the call writes, which the exported
     program keeps as constants of its own; 3000293: ``as_strided(x0.contiguous(), ...)`` exported on a permuted
-    ``x0``, whose second call's contiguous ``x0`` eager returns itself: docs/differences-from-torch.md): torch, eager
-    and the exported program's three calls agree, or the export refuses."""
+    ``x0``, whose second call's contiguous ``x0`` eager returns itself; 3000490: ``as_strided_`` of a slice of an input,
+    whose second call's stepped input eager reads between its elements: docs/differences-from-torch.md): torch, eager
+    and the exported program's calls agree, or the export refuses."""
     program, _ = generate(seed)
     with Reach() as reach:
         outcome = check(program, ("torch", "eager", EXPORTED))
