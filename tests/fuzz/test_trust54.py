@@ -45,7 +45,7 @@ def test_exported_output_views_its_input_after_an_index_write_seed_1005(tmp_path
 
     x0 = jitorch.tensor([1.5, -2.0, 0.25, 3.0, -0.5], dtype=jitorch.bfloat16)
     loaded = _round_trip(fn, (x0, jitorch.zeros(4, 5, dtype=jitorch.int16)), tmp_path)
-    assert loaded.views == {0: (1, ((2, 0),), (0, 2))}
+    assert loaded.views == {0: (1, (5, 1), (10,), 2, (((2, 0),), (0, 2)))}
     x1 = jitorch.zeros(4, 5, dtype=jitorch.int16)
     (out,) = loaded(x0, x1)
     assert _shares(out, x1) and out.stride() == (10,) and out.storage_offset() == 2
@@ -87,14 +87,13 @@ def test_export_refuses_an_in_place_view_op_on_an_input_seed_3000022():
         jitorch.export(fn, (jitorch.zeros(1, 5, 2), jitorch.zeros(1, 5, 2)))
 
 
-@pytest.mark.parametrize("seed, exported", [(1005, True), (1052, True), (3000022, False), (3000169, False),
-                                           (3000293, True), (3000490, True)])
+@pytest.mark.parametrize("seed, exported", [(3000022, False), (3000293, True), (3000490, True), (3000768, True)])
 def test_export_seeds_agree_with_eager_and_torch(seed, exported):
-    """The seeds that failed ``--export`` (1052: views of a captured tensor the call writes, which the exported
-    program keeps as constants of its own; 3000293: ``as_strided(x0.contiguous(), ...)`` exported on a permuted
+    """Seeds that failed ``--export`` (3000022: refused now; 3000293: ``as_strided(x0.contiguous(), ...)`` exported on a permuted
     ``x0``, whose second call's contiguous ``x0`` eager returns itself; 3000490: ``as_strided_`` of a slice of an input,
-    whose second call's stepped input eager reads between its elements: docs/differences-from-torch.md): torch, eager
-    and the exported program's calls agree, or the export refuses."""
+    whose second call's stepped input eager reads between its elements: docs/differences-from-torch.md; 3000768:
+    ``x0.reshape(-1, 1)``, a view merging dims, of an input at a storage offset): torch, eager and the exported
+    program's calls agree, or the export refuses."""
     program, _ = generate(seed)
     with Reach() as reach:
         outcome = check(program, ("torch", "eager", EXPORTED))
@@ -123,8 +122,8 @@ def test_regions_are_drawn_only_where_asked_and_run_alike_seed_5003():
 
 
 def test_regions_cover_grad_modes_and_autocast():
-    """Over seeds 5000..5029 at ``regions=0.3`` every region of `REGIONS` is drawn."""
-    heads = {s.lines[0][len("with "):-1] for seed in range(5000, 5030)
+    """Over seeds 5000..5004 at ``regions=0.3`` every region of `REGIONS` is drawn."""
+    heads = {s.lines[0][len("with "):-1] for seed in range(5000, 5005)
              for s in generate(seed, regions=0.3)[0].body if s.lines[0].startswith("with T.")}
     assert heads == set(REGIONS)
     assert torch.is_grad_enabled() and jitorch.is_grad_enabled()
