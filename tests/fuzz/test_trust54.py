@@ -127,3 +127,32 @@ def test_regions_cover_grad_modes_and_autocast():
              for s in generate(seed, regions=0.3)[0].body if s.lines[0].startswith("with T.")}
     assert heads == set(REGIONS)
     assert torch.is_grad_enabled() and jitorch.is_grad_enabled()
+
+
+@pytest.mark.parametrize("region", ["no_grad", "inference_mode"])
+def test_compiled_view_made_without_grad_gives_its_parameter_no_gradient_seed_5100145(region):
+    """Fuzz seed 5100145 (``--regions 0.3 --nets 0.3``), minimised: ``with T.inference_mode(): v0 = c0[2:6]``, then
+    ``return v0[..., -2]`` of a captured ``c0`` that requires grad. Eager's (and torch's) result requires grad, but its
+    ``SelectBackward0`` leads nowhere, so ``c0.grad`` stays None; the compiled call rebuilt the result as an autograd
+    view of ``c0`` (`jit.results.returned_view`) and gave ``c0`` a gradient. The trace now finds that the view's
+    backward reaches no input or captured tensor (`tracer.CUT`) and returns a view whose backward ends at a tensor of
+    its own."""
+    c0 = jitorch.tensor([1.0, 2.0, 3.0, 4.0], requires_grad=True)
+
+    def fn(x):
+        with getattr(jitorch, region)():
+            v0 = c0[2:6]
+        return (v0[..., -2],)
+
+    compiled = jitorch.compile(fn)
+    for f in (fn, compiled):
+        (out,) = f(jitorch.tensor(2.0))
+        assert out.requires_grad and not out.is_leaf and out.untyped_storage().data_ptr() == c0.untyped_storage().data_ptr()
+        (out * 3).backward()
+        assert c0.grad is None and out.item() == 3.0
+    (entry,) = compiled.cache.values()
+    assert [history for _, (*_, history) in entry.graph.output_aliases.values()] == ["view without a backward path"]
+    w = jitorch.tensor([1.0, 2.0, 3.0, 4.0], requires_grad=True)
+    (out,) = jitorch.compile(lambda x: (w[1:][0] * 1, w[2:][0]))(jitorch.tensor(2.0))[1:]
+    out.backward()
+    assert w.grad.tolist() == [0.0, 0.0, 1.0, 0.0]
