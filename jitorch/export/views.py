@@ -21,7 +21,10 @@ def input_views(graph, examples):
     and the example inputs (graph-input order) it was traced on. The pieces of an unsafe split are left out (the
     computed output stands). (An export refuses a call that reshapes an input in place, ``x.t_()``.)"""
     views = {}
-    for k, (owner, geometry) in graph.output_aliases.items():
+    aliases = graph.output_aliases
+    for k, (owner, geometry) in aliases.items():
+        if isinstance(owner, tuple) and owner[0] == "leaf":  # the same tensor again (fuzz seed 3000353)
+            owner, geometry = aliases.get(owner[1], (None, None))
         if not isinstance(owner, int):
             continue
         example = examples[owner]

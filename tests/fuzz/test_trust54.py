@@ -92,8 +92,9 @@ def test_export_seeds_agree_with_eager_and_torch(seed, exported):
     """Seeds that failed ``--export`` (3000022: refused now; 3000293: ``as_strided(x0.contiguous(), ...)`` exported on a permuted
     ``x0``, whose second call's contiguous ``x0`` eager returns itself; 3000490: ``as_strided_`` of a slice of an input,
     whose second call's stepped input eager reads between its elements: docs/differences-from-torch.md; 3000768:
-    ``x0.reshape(-1, 1)``, a view merging dims, of an input at a storage offset): torch, eager and the exported
-    program's calls agree, or the export refuses."""
+    ``x0.reshape(-1, 1)``, a view merging dims, of an input at a storage offset; 3000353: ``x0.type_as(x0)``
+    returned beside ``x0``, the same tensor twice): torch, eager and the exported program's calls agree, or the
+    export refuses."""
     program, _ = generate(seed)
     with Reach() as reach:
         outcome = check(program, ("torch", "eager", EXPORTED))
