@@ -157,3 +157,18 @@ def test_compiled_view_made_without_grad_gives_its_parameter_no_gradient_seed_51
     (out,) = jitorch.compile(lambda x: (w[1:][0] * 1, w[2:][0]))(jitorch.tensor(2.0))[1:]
     out.backward()
     assert w.grad.tolist() == [0.0, 0.0, 1.0, 0.0]
+
+
+@pytest.mark.parametrize("dtype", ["float32", "int32", "float64"])
+def test_eager_neg_in_place_of_a_stepped_view_seed_5200931(dtype):
+    """Fuzz seed 5200931 (``--export --regions 0.3``), minimised: ``v0 = x0[..., -3, 0]; v0.neg_()`` of a float32
+    ``x0[2, 4, 1]``. Eager wrote ``-x0[0, 2, 0]`` into ``x0[1, 1, 0]``: NumPy 2.4.6's float32 and int32
+    ``negative`` in place into a strided array reads the elements as if they were contiguous. The in-place fast path
+    leaves such a write to the general path (a new result, copied in), as it did for (n, 1) arrays."""
+    values = np.arange(8).astype(dtype)
+    for T in (torch, jitorch):
+        x = T.tensor(values)
+        x[1::4].neg_()
+        x2 = T.tensor(values.reshape(2, 4, 1))
+        x2[..., -3, 0].neg_()
+        assert x.tolist() == [0, -1, 2, 3, 4, -5, 6, 7] and x2.flatten().tolist() == x.tolist()
