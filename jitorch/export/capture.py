@@ -11,6 +11,7 @@ from . import dynamic
 from .errors import ExportError
 from .graphs import check_generators, copy_graph, rename_constants
 from .signature import DimRange, LeafSpec, Signature, TreeSignature
+from .views import input_views
 
 
 def export(fn, args, kwargs=None, dynamic_shapes=None):
@@ -38,6 +39,7 @@ def export(fn, args, kwargs=None, dynamic_shapes=None):
     check_generators(base)
     rename_constants(base, module_tensor_names(fn))
     leaves, tree = tree_flatten((args, kwargs))
+    _check_geometry_kept(base, leaves)
     names = input_names(target, args, kwargs)
     if len(names) != len(leaves):
         names = [f"arg{i}" for i in range(len(leaves))]
@@ -49,7 +51,23 @@ def export(fn, args, kwargs=None, dynamic_shapes=None):
     signature = Signature(inputs, outputs, {d.name: d for d in dims.values()})
     constants = {name: t.detach().clone() for name, t in base.constant_tensors.items()}
     base.constant_tensors = constants
-    return ExportedProgram(copy_graph(base), signature, constants, params)
+    examples = [leaf for leaf in leaves if isinstance(leaf, Tensor)]
+    return ExportedProgram(copy_graph(base), signature, constants, params, views=input_views(base, examples))
+
+
+def _check_geometry_kept(graph, leaves):
+    """An in-place view op on an input or captured tensor (``x.t_()``, ``x.as_strided_(...)``) gives the caller's
+    tensor a new shape or strides, which a program called from a file cannot: ExportError naming it, as
+    ``torch.export`` refuses metadata mutations of its inputs (fuzz seed 3000022: the exported program had left
+    the input's geometry as it was)."""
+    if not graph.geometry_changes:
+        return
+    tensors = [leaf for leaf in leaves if isinstance(leaf, Tensor)]
+    owner, (shape, strides, _) = next(iter(graph.geometry_changes.items()))
+    what = f"input {owner} ({list(tensors[owner].shape)})" if isinstance(owner, int) else f"captured tensor {owner!r}"
+    raise ExportError(f"the function changes the geometry of {what} in place, to shape {list(shape)} and strides "
+                      f"{list(strides)} (an in-place view op such as t_() or as_strided_()): an exported program "
+                      f"cannot; return the view instead")
 
 
 def _forward_of(fn):

@@ -16,6 +16,7 @@ from .dynamic import Param, apply_params
 from .errors import ExportError
 from .graphs import copy_graph, graph_from_text, retype
 from .signature import Signature, dim_size, same_value
+from .views import viewed, views_from_json, views_to_json
 
 # Specialisations (one per set of symbolic sizes) kept compiled per program.
 MAX_SPECIALISATIONS = 8
@@ -30,11 +31,12 @@ class ExportedProgram:
     into the inputs and into ``.constants``. Outputs carry no autograd history.
     """
 
-    def __init__(self, graph, signature, constants, params=(), objects=None, artifact_notes=()):
+    def __init__(self, graph, signature, constants, params=(), objects=None, artifact_notes=(), views=None):
         self.graph = graph
         self.signature = signature
         self.constants = constants
         self.params = list(params)
+        self.views = dict(views or {})  # the outputs that view an input (`views.input_views`)
         self._objects = objects  # object code and PTX from a file, by kernel key
         self.artifact_notes = list(artifact_notes)
         self._compiled = OrderedDict()
@@ -44,9 +46,11 @@ class ExportedProgram:
 
     def __call__(self, *args, **kwargs):
         tensors, sizes = self.signature.bind(args, kwargs)
-        result = self.specialise(sizes).run(tensors)
+        result = tree_flatten(self.specialise(sizes).run(tensors))[0]
+        if self.views:  # (after the call's writes into its inputs, which such a view shows)
+            result = viewed(result, tensors, self.views)
         # the graph's text has no namedtuples: give the outputs the signature's structure
-        return tree_unflatten(tree_flatten(result)[0], self.signature.outputs.tree)
+        return tree_unflatten(result, self.signature.outputs.tree)
 
     def specialise(self, sizes=None):
         """The compiled graph for symbolic dims at ``sizes`` (name -> size; the example sizes by default)."""
@@ -125,7 +129,8 @@ class ExportedProgram:
             "format": archive.FORMAT, "format_version": archive.FORMAT_VERSION, "jitorch_version": __version__,
             "signature": self.signature.to_json(),
             "graph": {"member": archive.GRAPH, "grad_targets": list(self.graph.grad_targets),
-                      "outputs_require_grad": bool(self.graph.outputs_require_grad)},
+                      "outputs_require_grad": bool(self.graph.outputs_require_grad),
+                      "input_views": views_to_json(self.views)},
             "dynamic": {"params": [p.to_json() for p in self.params]},
             "constants": [record for record, _ in constants],
             "artifacts": [record for record, _ in records],
@@ -200,10 +205,12 @@ def _program(contents, trust_object_code):
     _check_against_graph(signature, graph)
     params = [Param.from_json(p, signature.dims) for p in _params(m)]
     _check_params(graph, params, signature)
+    # (files written before output views were recorded have none)
+    views = views_from_json(graph_info.get("input_views", []), len(graph.inputs), len(signature.outputs.leaves))
     if not trust_object_code:  # every kernel rebuilt (and counted so in artifact_stats)
-        return ExportedProgram(graph, signature, constants, params, {}, artifacts.ignored(records))
+        return ExportedProgram(graph, signature, constants, params, {}, artifacts.ignored(records), views)
     objects, notes = artifacts.matching_objects(records)
-    return ExportedProgram(graph, signature, constants, params, objects, notes)
+    return ExportedProgram(graph, signature, constants, params, objects, notes, views)
 
 
 def _to_device(name, t, device):

@@ -9,7 +9,7 @@ from ..ops.real_identities import untracked
 from ..runtime import grad_mode as _grad_mode
 from ..runtime.pytree import tree_flatten, tree_unflatten
 from ..tensor import Tensor
-from .tracer import ALIAS, UNSAFE_SPLIT, VIEW_OF_UNSAFE_SPLIT
+from .tracer import ALIAS, CUT, UNSAFE_SPLIT, VIEW_OF_UNSAFE_SPLIT
 
 
 def run_graph(graph, args, kwargs, executable=None):
@@ -152,6 +152,8 @@ def returned_view(real, geometry, pieces=None):
         return piece.as_strided(shape, strides, offset)
     if history == ALIAS:
         return Tensor._make(real._storage, shape, strides, offset)
+    if history == CUT:  # (its backward ends at a tensor of its own, which no caller holds: as eager's, at none)
+        return real.detach().requires_grad_(True).as_strided(shape, strides, offset)
     return Tensor._view_of(real.detach(), shape, strides, offset)
 
 

@@ -794,7 +794,7 @@ class Tracer:
             if itself.get(id(leaf)) == owner and (unmoved or owner in reshaped):  # (reshaped after the call)
                 aliases[k] = (owner, None)
             else:
-                history = alias_history(leaf, fake, fake_of[owner], pieces)
+                history = alias_history(leaf, fake, fake_of[owner], pieces, self.gradient_reaches)
                 aliases[k] = (owner, (shape, strides, fake._offset, history))
         return aliases
 
@@ -869,6 +869,7 @@ ALIAS = "alias"
 VIEW_OF_ALIAS = "view of alias"
 UNSAFE_SPLIT = "unsafe split"
 VIEW_OF_UNSAFE_SPLIT = "view of unsafe split"
+CUT = "view without a backward path"
 
 
 def _autograd_root(t):
@@ -881,7 +882,7 @@ def _piece(fake, root):
     return fake._base is None and fake is not root and history_root(fake) is root
 
 
-def alias_history(leaf, fake, root, pieces):
+def alias_history(leaf, fake, root, pieces, reaches=None):
     """How a returned leaf (``fake`` in the trace) over the memory of ``root`` (an input's or captured
     tensor's fake, or the tensor that made new memory) relates to it for autograd, for a call to
     rebuild it so (`jit.results.returned_view`): True, an autograd view of it (the leaf requires grad);
@@ -891,7 +892,10 @@ def alias_history(leaf, fake, root, pieces):
     into it rewrites the piece's history, not ``root``'s); n numbers the piece in ``pieces`` (the leaves over
     one piece share it, as eager's); False, a view of it without history (a later in-place op on it gives it
     one); `ALIAS`, a tensor of its own over that memory (``root.detach()``); `VIEW_OF_ALIAS`, a view of such
-    a tensor."""
+    a tensor; `CUT`, given ``reaches`` (`Tracer.gradient_reaches`, for a ``root`` that is an input's or captured
+    tensor's), a view that requires grad but whose backward reaches none: ``with no_grad(): v = p[1:]``, then
+    ``v[0]``, whose ``SelectBackward0`` leads nowhere in eager, so ``p`` gets no gradient through it (fuzz seed
+    5100145 of ``--regions``)."""
     if leaf.requires_grad:
         if _piece(fake, root):
             return UNSAFE_SPLIT, _number(pieces, fake)
@@ -899,7 +903,7 @@ def alias_history(leaf, fake, root, pieces):
         if piece is not None and _piece(piece, root):
             return VIEW_OF_UNSAFE_SPLIT, _number(pieces, piece), (tuple(piece._shape), tuple(piece._stride),
                                                                   piece._offset)
-        return True
+        return CUT if reaches is not None and not reaches([leaf]) else True
     own = _autograd_root(fake)
     if own is root:
         return False

@@ -657,10 +657,11 @@ def _fast_path(op, formula, promotion, positions, others, check, plain, defaults
             xa = vals[0]
             if xa.__class__ is not np.ndarray or 0 in x._stride:  # a number, or maybe an expanded tensor
                 return False
-            if into is np.negative and 1 in xa.shape and not xa.flags.c_contiguous:
-                # NumPy 2.4's float32/int32 negative into a strided (n, 1) array steps by the size-1 dim's
-                # stride, writing outside the array (1.26's is right): the general path writes a new result
-                # (fuzz seed 7501690)
+            if into is np.negative and not xa.flags.c_contiguous:
+                # NumPy 2.4's float32/int32 negative in place into a strided array reads its elements as if
+                # contiguous (``a[1::4]`` of 8: reads a[1], a[2]; fuzz seed 5200931) and into an (n, 1) one steps by
+                # the size-1 dim's stride, writing outside the array (fuzz seed 7501690); 1.26's is right: the general
+                # path writes a new result
                 return False
             ya = vals[1] if n == 2 else None
             factor = factor_of(dtype, args) if scaled is not None and not default and len(args) == n + 1 and \

@@ -1,5 +1,6 @@
 """The fuzzer's long mode: ``python -m tests.fuzz --hours 1 [--cuda] [--start SEED] [--chains SHARE] [--statements N]
-[--programs N] [--namespaced] [--out-views SHARE] [--losses SHARE] [--nets SHARE] [--convs SHARE] [--reach]
+[--programs N] [--namespaced] [--out-views SHARE] [--losses SHARE] [--nets SHARE] [--convs SHARE] [--regions SHARE]
+[--reach] [--export] [--warm N]
 [--report FILE]``.
 
 Generates and checks programs from consecutive seeds until the time is up; prints the programs and ops
@@ -29,7 +30,16 @@ its parameters and inputs written between forward and backward, second losses, r
 penalties (`models.generate_model`), against eager jitorch and torch; ``--rows 0.2`` follows 20% of their layers by
 a row softmax; with ``--convs 0.5`` half of those of one leading dim take images through a convolution stem,
 channels-last at times (`models._conv_stem`). ``--threads N`` sets jitorch's and torch's thread counts
-(``set_num_threads``) for the run.
+(``set_num_threads``) for the run. ``--export`` also exports each program with ``jitorch.export`` on its first call's
+inputs, saves it to a file, loads it back and calls it on the three calls' layouts, against eager calls without the
+rebinding (`oracle.run_exported`): its outputs' values, dtypes, shapes, which of them view an input, and the inputs'
+memory after each call; with ``--reach``, ``exported`` counts the programs the export took. ``--regions 0.2`` draws
+20% of the statements inside a ``with`` region: ``no_grad``, ``enable_grad``, ``set_grad_enabled(False)``,
+``inference_mode``, ``autocast`` to bfloat16 or float16 (`generator.Generator.in_region`); with ``--reach``,
+``grad-mode region`` and ``autocast region`` count the programs holding one. ``--warm 25`` compiles each batch of 25
+programs again in a fresh process on the run's kernel cache, its kernels and generated code read from disk
+(`warm.check_warm`), against eager: each failure is printed with its program, unminimised (the mode runs in
+another process), and the progress lines count the warm programs and their disk hits.
 """
 
 from __future__ import annotations
@@ -53,9 +63,10 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 from .generator import generate, op_table  # noqa: E402
 from .minimise import minimise  # noqa: E402
 from .models import check_model, generate_model, minimise_model, model_source  # noqa: E402
-from .oracle import CPU_MODES, MODES, check, signature  # noqa: E402
+from .oracle import CPU_MODES, EXPORTED, MODES, check, signature  # noqa: E402
 from .program import source  # noqa: E402
-from .reach import Reach  # noqa: E402
+from .reach import Reach, program_regions  # noqa: E402
+from .warm import check_warm  # noqa: E402
 
 
 def describe(program, mismatches):
@@ -88,6 +99,8 @@ def main(argv=None):
                         help="the share of network-pattern statements (GELU MLPs, attention, wide losses and maps)")
     parser.add_argument("--convs", type=float, default=0.0,
                         help="the share of convolution-pattern statements (channels-last half the time)")
+    parser.add_argument("--regions", type=float, default=0.0,
+                        help="the share of statements inside a grad-mode or autocast region")
     parser.add_argument("--reach", action="store_true",
                         help="count the programs reaching each of the compiler's newest parts (tests/fuzz/reach.py)")
     parser.add_argument("--models", action="store_true",
@@ -95,6 +108,10 @@ def main(argv=None):
     parser.add_argument("--rows", type=float, default=0.0,
                         help="with --models, the share of layers a row softmax follows")
     parser.add_argument("--threads", type=int, default=0, help="jitorch's and torch's thread count (0: as set)")
+    parser.add_argument("--warm", type=int, default=0,
+                        help="compile each batch of this many programs again in a fresh process on the warm cache")
+    parser.add_argument("--export", action="store_true",
+                        help="also export each program, save, load and call it (tests/fuzz/oracle.py, run_exported)")
     parser.add_argument("--report", default="fuzz-failures.txt")
     args = parser.parse_args(argv)
     if args.threads:
@@ -103,7 +120,7 @@ def main(argv=None):
         jitorch.set_num_threads(args.threads)
         torch.set_num_threads(args.threads)
     seconds = 3600 * args.hours + 60 * args.minutes or 60.0
-    modes = MODES if args.cuda else CPU_MODES
+    modes = (MODES if args.cuda else CPU_MODES) + ((EXPORTED,) if args.export else ())
     warnings.simplefilter("ignore")
     table = op_table(args.namespaced)
     started = time.time()
@@ -124,13 +141,14 @@ def _burst(args, seconds, modes, table, seen, started, reach):
     """Check programs from ``args.start`` on until the time or the count is up; returns the next seed."""
     programs, ops, failing = 0, 0, 0
     seed = args.start
+    warm = _Warm(args, seen)
     while time.time() - started < seconds and not (args.programs and programs >= args.programs):
         if args.models:
             program = generate_model(seed, args.rows, args.convs)
             outcome = check_model(program)
         else:
             program, _ = generate(seed, args.statements, table=table, chains=args.chains, out_views=args.out_views,
-                                  losses=args.losses, nets=args.nets, convs=args.convs)
+                                  losses=args.losses, nets=args.nets, convs=args.convs, regions=args.regions)
             outcome = check(program, modes)
         programs += 1
         ops += len(program.forward) if args.models else program.n_ops
@@ -153,7 +171,7 @@ def _burst(args, seconds, modes, table, seen, started, reach):
                 small = minimise(program, first, modes)
                 # (the seed alone draws another program under other options than the defaults)
                 text = (f"generate({seed}, {args.statements}, chains={args.chains}, out_views={args.out_views}, "
-                        f"losses={args.losses}, nets={args.nets}, convs={args.convs}, "
+                        f"losses={args.losses}, nets={args.nets}, convs={args.convs}, regions={args.regions}, "
                         f"table=op_table({args.namespaced})):\n"
                         + describe(small, check(small, modes).mismatches or [first]))
                 print(f"\nnew failure ({sig[0]} vs {sig[1]}: {sig[2]}):\n{text}\n", flush=True)
@@ -161,13 +179,50 @@ def _burst(args, seconds, modes, table, seen, started, reach):
                     f.write(text + "\n\n")
             else:  # the seed of each later failure of a kind already shown, so that none is lost
                 print(f"failure again ({sig[0]} vs {sig[1]}: {sig[2]}): seed {seed}", flush=True)
+        warm.add(program)
         seed += 1
         if reach is not None:
-            reach.program(program.grad)
+            reach.program(program.grad, exported=not args.models and outcome.exported,
+                          regions=() if args.models else program_regions(program))
         if programs % 50 == 0:
             _progress(started, programs, ops, failing, len(seen))
+    warm.run()
     _progress(started, programs, ops, failing, len(seen))
     return seed
+
+
+class _Warm:
+    """``--warm``'s batches: programs checked here, compiled again in a fresh process (`warm.check_warm`)."""
+
+    def __init__(self, args, seen):
+        self.args, self.seen = args, seen
+        self.batch, self.programs, self.hits = [], 0, 0
+        self.options = {"chains": args.chains, "out_views": args.out_views, "losses": args.losses,
+                        "nets": args.nets, "convs": args.convs, "regions": args.regions,
+                        "namespaced": args.namespaced}
+
+    def add(self, program):
+        if self.args.warm and not self.args.models:
+            self.batch.append((program.seed, self.args.statements))
+            if len(self.batch) >= self.args.warm:
+                self.run()
+
+    def run(self):
+        if not self.batch:
+            return
+        found, hits = check_warm(self.batch, self.options)
+        self.programs += len(self.batch)
+        self.hits += hits
+        self.batch = []
+        for seed, mismatches in sorted(found.items()):
+            sig = signature(mismatches[0])
+            self.seen[sig] = self.seen.get(sig, 0) + 1
+            print(f"\nwarm failure ({sig[0]} vs {sig[1]}: {sig[2]}): seed {seed} (options {self.options}):\n"
+                  + "\n".join(f"  {m}" for m in mismatches[:8]) + "\n", flush=True)
+            with open(self.args.report, "a") as f:
+                f.write(f"warm: generate({seed}, {self.args.statements}, **{self.options}):\n"
+                        + "\n".join(f"  {m}" for m in mismatches[:8]) + "\n\n")
+        print(f"warm: {self.programs} programs compiled again in fresh processes, {self.hits} disk hits", flush=True)
 
 
 def _progress(started, programs, ops, failing, kinds):

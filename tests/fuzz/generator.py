@@ -221,12 +221,18 @@ def literal(values, dtype):
     return f"T.tensor({body!r}, dtype=T.{dtype}, device=D)"
 
 
+# The regions `Generator.in_region` draws a statement into: grad modes, and autocast to each lower precision.
+REGIONS = ("T.no_grad()", "T.enable_grad()", "T.set_grad_enabled(False)", "T.inference_mode()",
+           "T.autocast(D, dtype=T.bfloat16)", "T.autocast(D, dtype=T.float16)")
+
+
 class Generator:
     """``Generator(seed).program()``: one random program, valid on torch."""
 
     def __init__(self, seed, max_statements=14, table=None, chains=0.0, out_views=0.0, losses=0.0, nets=0.0,
-                 convs=0.0):
+                 convs=0.0, regions=0.0):
         self.seed = seed
+        self.regions = regions  # the share of statements inside a grad-mode or autocast region (`in_region`)
         self.nets = nets  # the share of statements that are network patterns (`net_pattern`)
         self.convs = convs  # the share of statements that are convolution patterns (`conv_pattern`)
         self.chains = chains  # the share of statements that are view-of-gather chains
@@ -377,9 +383,23 @@ class Generator:
             r = self.rng.random()
             make = next(make for bound, make in kinds if r < bound)
         try:
-            return make(env, tensors)
+            made = make(env, tensors)
         except (ValueError, IndexError):  # a statement that cannot be built on these shapes (a dim of size 0)
             return None
+        # (drawn only where asked, after the statement: without, a seed's program is what it was before)
+        if made is not None and self.regions and self.rng.random() < self.regions:
+            return self.in_region(*made)
+        return made
+
+    def in_region(self, stmt, updates):
+        """``stmt`` inside one of `REGIONS` (``with T.no_grad():``, ``with T.autocast(D, ...):``...): its results
+        and writes made without autograd, as inference tensors, or in a lower float precision. Under autocast the
+        values it makes or writes are not exact (a float product rounded to bfloat16)."""
+        region = self.rng.choice(REGIONS)
+        if region.startswith("T.autocast"):
+            updates = {name: replace(f, exact=False) for name, f in updates.items()}
+        lines = (f"with {region}:", *("    " + line for line in "\n".join(stmt.lines).split("\n")))
+        return replace(stmt, lines=lines), updates
 
     # Operands -------------------------------------------------------------------------------------------
 
@@ -1973,12 +1993,14 @@ def _with_grad(program):
     return replace(program, grad=has_float and trusted and grad_valid(program))
 
 
-def generate(seed, max_statements=14, table=None, chains=0.0, out_views=0.0, losses=0.0, nets=0.0, convs=0.0):
+def generate(seed, max_statements=14, table=None, chains=0.0, out_views=0.0, losses=0.0, nets=0.0, convs=0.0,
+             regions=0.0):
     """The program of ``seed`` (the same on every machine: Python's and NumPy's seeded generators), with a
     ``chains`` share of its statements drawn from the view-of-gather chains (`Generator.pad_windows`,
     `Generator.gather_views`) and an ``out_views`` share of its ``out=`` statements writing memory other than a
     new compact tensor (`Generator.out_view`); a ``losses`` share of its statements are loss patterns
     (`Generator.loss_pattern`), a ``nets`` share network patterns (`Generator.net_pattern`), a ``convs`` share
-    convolution patterns (`Generator.conv_pattern`)."""
-    g = Generator(seed, max_statements, table, chains, out_views, losses, nets, convs)
+    convolution patterns (`Generator.conv_pattern`); a ``regions`` share of its statements run inside a grad-mode or
+    autocast region (`Generator.in_region`)."""
+    g = Generator(seed, max_statements, table, chains, out_views, losses, nets, convs, regions)
     return g.program(), g

@@ -26,7 +26,9 @@ last-bit difference into a different integer only to values that are exact in ev
 from __future__ import annotations
 
 import contextlib
+import os
 import re
+import tempfile
 import warnings
 from dataclasses import dataclass, field, replace
 
@@ -38,6 +40,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
 from jitorch.backends.cuda.fake import FakeBackend
+from jitorch.export import ExportError
 from jitorch.ops import registry
 from jitorch.ops.overlap import ERROR as OVERLAP_ERROR
 from jitorch.runtime.cuda_backend import use_backend
@@ -50,6 +53,9 @@ from .program import Instance
 
 MODES = ("torch", "eager", "compiled", "interpreter", "cuda-eager", "cuda-compiled")
 CPU_MODES = MODES[:4]
+# ``jitorch.export`` of the program, saved to a file and loaded back (`run_exported`), checked against eager calls
+# without the rebinding (an exported program keeps the captured values and numbers it was exported with)
+EXPORTED = "exported"
 # rtol by dtype; atol is rtol times the tensor's largest magnitude (at least 1)
 # Relative to a tensor's largest magnitude. Compiled float32 math functions (exp, log, tanh, erf, sigmoid...) are
 # not eager's bits: they agree within 4 ulps (5e-7) of eager's and torch's (docs/differences-from-torch.md, "What
@@ -261,16 +267,20 @@ def _library(mode):
 
 def run_mode(program, mode):
     """The three calls of ``program`` in ``mode``: a list of CallRecord."""
+    if mode == EXPORTED:
+        return run_exported(program)
     if mode.startswith("cuda"):
         with use_backend(FakeBackend()):
             return _run_calls(program, mode, "cuda")
     return _run_calls(program, mode, "cpu")
 
 
-def _run_calls(program, mode, device):
+def _run_calls(program, mode, device, rebinding=True):
     T = _library(mode)
     inst = Instance(program, T, device)
     fn, rebind = inst.build()
+    if not rebinding:
+        rebind = _nothing
     if mode.endswith("compiled"):
         fn = jitorch.compile(fn)
     elif mode == "interpreter":
@@ -284,6 +294,66 @@ def _run_calls(program, mode, device):
         if call == 0:
             rebind()
     return records
+
+
+def _nothing():
+    return None
+
+
+def _unbound_eager(program, mode):
+    """Eager's three calls without the rebinding between them."""
+    return _run_calls(program, mode, "cpu", rebinding=False)
+
+
+class NotExported(Exception):
+    """``jitorch.export`` refused the program (`jitorch.export.ExportError`): data-dependent ops, Python numbers
+    read from tensors, tensors stored outside the function. Not a mismatch: no file was written."""
+
+
+def run_exported(program):
+    """The program exported on its first call's inputs, saved to a file and loaded back, called on the first
+    layouts, the second's and the first's again: a list of CallRecord (`_unstated`). Raises `NotExported` where
+    the export refuses."""
+    inst = Instance(program, jitorch)
+    fn, _ = inst.build()
+    example, _, _ = inst.inputs(0)
+    try:
+        exported = jitorch.export(fn, tuple(example))
+    except ExportError as e:
+        raise NotExported(str(e)) from None
+    with tempfile.TemporaryDirectory(prefix="jitorch-fuzz-export-") as folder:
+        path = os.path.join(folder, "program.jitorch")
+        exported.save(path)
+        loaded = jitorch.load(path)
+    constants = _Constants(program, loaded)
+    records = []
+    for call in range(3):
+        inputs, bases, _ = inst.inputs(call)
+        records.append(record_call(jitorch, constants, loaded, inputs, bases))
+        if records[-1].error:
+            break
+    return [_unstated(r) for r in records]
+
+
+class _Constants:
+    """A loaded program's constants in the place of an `Instance`'s captured state (`record_call` names the
+    outputs sharing their memory)."""
+
+    def __init__(self, program, loaded):
+        self.program = program
+        self.loaded = loaded
+
+    def state(self):
+        return dict(self.loaded.constants)
+
+
+def _unstated(record):
+    """``record`` with what an exported program promises to keep: its outputs' sharing of the inputs' memory, not
+    of the captured tensors' (it writes into copies of its own, ``.constants``, and may return a value where eager
+    returned a view of a captured tensor it wrote: among such outputs, which share memory is not compared
+    either), nor the captured state, nor warnings (raised by the trace, not by the calls)."""
+    outputs = [o if o.alias is None or o.alias[0] == "input" else replace(o, alias=None) for o in record.outputs]
+    return replace(record, outputs=outputs, state={}, warnings=[])
 
 
 def run_grad(program, mode, modes=True):
@@ -429,10 +499,14 @@ def tolerances(program, against_torch):
     return {**table, "float64": max([table["float64"], *narrow])}
 
 
-def compare_calls(got, want, mode, reference, against_torch=False, setitem_copies=False, program=None):
+def compare_calls(got, want, mode, reference, against_torch=False, setitem_copies=False, program=None,
+                  layouts="exact"):
     """Mismatches between two lists of CallRecord. ``setitem_copies``: ``got`` is a CUDA run of a program with
     a `SETITEM_0D` statement, whose copies may refuse what the CPU's fills do not (`_setitem_copy_refused`);
-    ``program``'s float data sets the float64 tolerance (`tolerances`)."""
+    ``program``'s float data sets the float64 tolerance (`tolerances`). ``layouts``: "exact", every output's
+    strides are compared exactly (among jitorch's modes); "aliased", only those of outputs sharing memory with
+    an input or captured tensor (against torch, and for an exported program, whose new results' layouts are
+    its graph's)."""
     table = tolerances(program, against_torch)
     found = []
     for k, (g, w) in enumerate(zip(got, want)):
@@ -453,7 +527,8 @@ def compare_calls(got, want, mode, reference, against_torch=False, setitem_copie
             view = b.alias is not None and b.alias[0] in ("input", "captured")
             # the layouts of new results are torch's CPU rules, which torch does not promise
             # (docs/differences-from-torch.md): compared among jitorch's modes and devices only, exactly
-            for what, detail in compare_output(a, b, table, strides=view if against_torch else "exact"):
+            exact = layouts == "exact" and not against_torch
+            for what, detail in compare_output(a, b, table, strides="exact" if exact else view):
                 add(f"output {i} {what}", detail)
         for i, (a, b) in enumerate(zip(g.inputs, w.inputs)):
             for what, detail in compare_output(a, b, table, strides=False):
@@ -526,6 +601,7 @@ class Outcome:
     mismatches: list
     fallbacks: int = 0
     modes: tuple = ()
+    exported: bool = False  # the program exported (`EXPORTED` among the modes, and no `NotExported`)
 
 
 def check(program, modes=CPU_MODES, grad_modes=("torch", "eager", "compiled")):
@@ -533,14 +609,18 @@ def check(program, modes=CPU_MODES, grad_modes=("torch", "eager", "compiled")):
     of every jitorch mode against jitorch eager, and of jitorch eager against torch."""
     runs = {}
     for mode in modes:
-        runs[mode] = _guarded(run_mode, program, mode)
+        if mode != EXPORTED:
+            runs[mode] = _guarded(run_mode, program, mode)
     found = []
+    exported = False
+    if EXPORTED in modes:
+        found, exported = _check_exported(program)
     fallbacks = sum(r.fallbacks for r in runs.get("compiled", []))
     if "torch" in runs and "eager" in runs:
         found += compare_calls(runs["eager"], runs["torch"], "eager", "torch", against_torch=True, program=program)
     reference = "eager" if "eager" in runs else "torch"
     for mode in modes:
-        if mode in ("torch", reference):
+        if mode in ("torch", reference, EXPORTED):
             continue
         copies = mode.startswith("cuda") and any(s.tag == SETITEM_0D for s in program.body)
         found += compare_calls(runs[mode], runs[reference], mode, reference, against_torch=reference == "torch",
@@ -557,7 +637,31 @@ def check(program, modes=CPU_MODES, grad_modes=("torch", "eager", "compiled")):
         for mode in grad_modes:
             if mode not in ("torch", "eager") and "eager" in grads:
                 found += compare_grads(grads[mode], grads["eager"], mode, "eager", program=program)
-    return Outcome(found, fallbacks, tuple(modes))
+    return Outcome(found, fallbacks, tuple(modes), exported)
+
+
+def _check_exported(program):
+    """(mismatches of the exported program against eager calls without the rebinding, whether it exported)."""
+    try:
+        got = run_exported(program)
+    except NotExported:
+        return [], False
+    except Exception as e:
+        got = [CallRecord(error=f"{type(e).__name__}: {e}")]
+    want = [_unstated(r) for r in _guarded(_unbound_eager, program, "eager")]
+    if any("as_strided" in line for s in program.body for line in s.lines):
+        # ``as_strided`` addresses memory, which an exported program's is the example's layout: only the calls on
+        # that layout, the first and third, are compared (docs/differences-from-torch.md; fuzz seed 3000490)
+        got, want = got[:1] + got[2:], want[:1] + want[2:]
+    elif len(got) > 1 and len(want) > 1 and len(want[0].outputs) == len(want[1].outputs) == len(got[1].outputs):
+        # an output that eager makes a view of an input or new memory by the input's layout (``x.contiguous()``,
+        # ``reshape``) is what it was on the example's layout, the first call's: in the second call neither its
+        # sharing nor, where the function then writes the input, its values are compared
+        # (docs/differences-from-torch.md; fuzz seeds 3000293, 5200912)
+        by_layout = [j for j, (a, b) in enumerate(zip(want[0].outputs, want[1].outputs)) if a.alias != b.alias]
+        got[1], want[1] = (replace(r, outputs=[Output("by layout") if j in by_layout else o
+                                               for j, o in enumerate(r.outputs)]) for r in (got[1], want[1]))
+    return compare_calls(got, want, EXPORTED, "eager", program=program, layouts="aliased"), True
 
 
 def _guarded(run, program, mode):

@@ -3,6 +3,9 @@
 The parts counted (`PARTS`), each by the function that does its work, wrapped while the ``Reach`` is open:
 
 * ``gradient run``: the program had a gradient run (`program` is told);
+* ``exported``: the program was exported, saved and loaded back (`program` is told: `oracle.run_exported`);
+* ``grad-mode region``, ``autocast region``: the program holds a statement inside a ``no_grad``, ``enable_grad``,
+  ``set_grad_enabled`` or ``inference_mode`` region, or an ``autocast`` one (`program` is told: `program_regions`);
 * ``sums reshape``, ``sums one-hot``: `ir.passes.sums`' rewrites of a sum through a reshape and of a one-hot's
   sum (a rule that returned a rewrite);
 * ``lse``: `ir.passes.lse` kept a log_softmax's log-probs out of memory; ``lse cone``: one whose input is itself
@@ -45,7 +48,7 @@ from jitorch.ir.passes import lse, recompute, sums
 from jitorch.jit import executor, partition, plan_cache, tracer  # noqa: F401 (executor: the attention kernels)
 from jitorch.ops import attention, reduction_out
 
-PARTS = ("gradient run", "sums reshape", "sums one-hot", "lse", "lse cone", "recompute across", "recompute reductions",
+PARTS = ("gradient run", "exported", "grad-mode region", "autocast region", "sums reshape", "sums one-hot", "lse", "lse cone", "recompute across", "recompute reductions",
          "tail fold", "split", "split saved", "split recomputed", "split views", "attention fwd", "attention bwd",
          "gelu traced", "gelu traced grad", "gelu kernel", "gelu kernel bwd", "conv traced", "conv channels_last",
          "reduction out", "sibling reductions", "reductions one kernel", "prologue out", "column sum", "row softmax")
@@ -62,10 +65,12 @@ class Reach:
         self._cone = False
         self._stack = contextlib.ExitStack()
 
-    def program(self, grad=False):
-        """The parts reached since the last call (added to `counts`), and ``gradient run`` where ``grad`` (the
-        program had one); forgets the reductions' out= plans."""
-        reached, self.now = self.now | ({"gradient run"} if grad else set()), set()
+    def program(self, grad=False, exported=False, regions=()):
+        """The parts reached since the last call (added to `counts`), ``gradient run`` where ``grad`` (the
+        program had one), ``exported`` where ``exported`` and the ``regions`` (`program_regions`); forgets the
+        reductions' out= plans."""
+        told = {part for part, was in (("gradient run", grad), ("exported", exported)) if was} | set(regions)
+        reached, self.now = self.now | told, set()
         self.programs += 1
         for part in reached:
             self.counts[part] += 1
@@ -130,6 +135,12 @@ class Reach:
 
         setattr(module, name, counted)
         self._stack.callback(setattr, module, name, original)
+
+
+def program_regions(program):
+    """The region parts of `PARTS` that ``program``'s statements are in (`generator.Generator.in_region`)."""
+    heads = {s.lines[0] for s in program.body if s.lines and s.lines[0].startswith("with T.")}
+    return {"autocast region" if head.startswith("with T.autocast") else "grad-mode region" for head in heads}
 
 
 def _computed(x):
