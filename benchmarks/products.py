@@ -118,15 +118,20 @@ def _collect(name, quick):
 
     def unkept(a, b, out):  # (the step's products through `array_product`, not the gemm calls kept for them)
         return linalg.array_product(a, b, out)
+    biased = gemm_words.biased_product
+
+    def unkept_biased(a, b, bias, out):  # (a product whose bias add the call folds in: the product as `unkept`'s)
+        linalg.array_product(a, b, out)
+        np.add(out, bias, out=out)
     np.matmul, linalg._matmul, linalg._skinny = watched, watched_product, watched_skinny
-    blas_calls.run_gemm_parts, gemm_words.product = watched_parts, unkept
+    blas_calls.run_gemm_parts, gemm_words.product, gemm_words.biased_product = watched_parts, unkept, unkept_biased
     recurrences._run_steps, recurrences._matmul = watched_steps, watched_product
     try:
         call()
         call()
     finally:
         np.matmul, linalg._matmul, linalg._skinny = matmul, product, skinny
-        blas_calls.run_gemm_parts, gemm_words.product = parts, kept
+        blas_calls.run_gemm_parts, gemm_words.product, gemm_words.biased_product = parts, kept, biased
         recurrences._run_steps, recurrences._matmul = steps, step_matmul
     return {k: n / 2 for k, n in seen.items()}
 

@@ -28,9 +28,11 @@ def _kernels(fn, *args):
 
 
 def _unfused(fn, *args, monkeypatch):
-    """``fn(*args)`` compiled with the prologues left as kernels of their own (the behaviour before)."""
+    """``fn(*args)`` compiled with the prologues left as kernels of their own (the behaviour before; a bias add
+    left so is not folded into its product either: `executor.fold_biases_into_products`)."""
     with monkeypatch.context() as m:
         m.setattr(executor, "softmax_prologues", lambda graph, groups: groups)
+        m.setattr(executor, "fold_biases_into_products", lambda graph, steps, layouts: steps)
         ex, kernels, _ = _kernels(fn, *args)
         return ex.run(list(args)), kernels
 
