@@ -37,6 +37,7 @@ from __future__ import annotations
 import argparse
 import cProfile
 import json
+import logging
 import math
 import os
 import pstats
@@ -57,6 +58,7 @@ import jitorch  # noqa: E402
 from jitorch.autograd import engine  # noqa: E402
 from jitorch.codegen import cache, cpu, kernel, linker  # noqa: E402
 from jitorch.ir.passes import fusion, manager  # noqa: E402
+from jitorch.runtime import logs  # noqa: E402
 from jitorch.jit import executor, plan_cache, tracer  # noqa: E402
 from timing import median_time, settle  # noqa: E402
 
@@ -413,6 +415,7 @@ def first_call(name, quick, profile_path):
     CPU (the second retraces once Adam's state exists), the first two under cProfile when ``profile_path``
     is given. One thread, as the compile itself runs on one."""
     set_threads(1)
+    compiled = llvm_compiles()
     t0 = time.perf_counter()
     w = workload(jitorch, name, quick)
     call = whole_step(jitorch, w)
@@ -430,7 +433,24 @@ def first_call(name, quick, profile_path):
             profiler.disable()
     if profiler is not None:
         profiler.dump_stats(profile_path)
-    print(json.dumps({"build_s": build_s, "calls_s": times, "cpu_s": cpu_times}))
+    print(json.dumps({"build_s": build_s, "calls_s": times, "cpu_s": cpu_times, "llvm": compiled}))
+
+
+def llvm_compiles():
+    """A dict that the codegen log fills with what LLVM compiles from now on: "batches", [kernels, distinct
+    texts, texts distinct but for their sizes] of each graph's module (`cpu.link_batch`), and "alone", the
+    kernels compiled one by one (attention tiles, runtime programs). It turns that log on, to stderr."""
+    compiled = {"batches": [], "alone": 0}
+
+    class Collect(logging.Handler):
+        def emit(self, record):
+            if "but for their sizes" in record.msg:
+                compiled["batches"].append(list(record.args))
+            elif record.msg.startswith("compiled %s"):
+                compiled["alone"] += 1
+    logs.set_logs("codegen")
+    logging.getLogger("jitorch.codegen").addHandler(Collect())
+    return compiled
 
 
 def child(name, quick, cache_dir, profile_path=None):
@@ -508,7 +528,10 @@ def run_latency(models, quick):
                         profiles[(name, state)] = prof
                         continue
                     calls = "".join(f"{w:8.2f} /{c:5.2f}" for w, c in zip(r["calls_s"], r["cpu_s"]))
-                    print(f"{name:<11}{state:>6}{r['build_s']:8.2f}{calls}{r['process_s']:9.2f}", flush=True)
+                    llvm = r["llvm"]
+                    made = ", ".join("{} kernels: {} texts, {} but for sizes".format(*b) for b in llvm["batches"])
+                    print(f"{name:<11}{state:>6}{r['build_s']:8.2f}{calls}{r['process_s']:9.2f}   LLVM: "
+                          f"{made or 'no batch'}; {llvm['alone']} alone", flush=True)
         for (name, state), prof in profiles.items():
             print_breakdown(f"{name}, {state} cache", prof, 15 if name == "gpt-4x128" else 0)
 
