@@ -23,6 +23,7 @@ sys.path.insert(0, os.path.dirname(__file__))
 import jitorch as jt  # noqa: E402
 from jitorch.runtime import summation  # noqa: E402
 from row_reductions import timed  # noqa: E402
+from timing import patched  # noqa: E402
 
 try:
     import torch
@@ -32,13 +33,7 @@ except ImportError:
 
 def numpy_blocks(call):
     """``call`` with `summation.BLOCK_SUMS` unset during it (NumPy sums the blocks on the calling thread)."""
-    def run():
-        hook, summation.BLOCK_SUMS = summation.BLOCK_SUMS, None
-        try:
-            return call()
-        finally:
-            summation.BLOCK_SUMS = hook
-    return run
+    return patched(call, summation, "BLOCK_SUMS", None)
 
 
 def main(argv=None):

@@ -23,19 +23,14 @@ import time
 sys.path.insert(0, os.path.dirname(__file__))
 import models  # noqa: E402
 from jitorch.runtime import threads  # noqa: E402
+from timing import patched  # noqa: E402
 
 ON, OFF = "jitorch compiled", "jitorch compiled, interop off"
 
 
 def switched(call, on):
     """``call`` run with inter-op parallelism ``on`` (restored after)."""
-    def run():
-        saved, threads.INTEROP = threads.INTEROP, on
-        try:
-            return call()
-        finally:
-            threads.INTEROP = saved
-    return run
+    return patched(call, threads, "INTEROP", on)
 
 
 def measure(name, n, rounds, quick, torch=True):

@@ -43,3 +43,15 @@ def settle(window=QUIET_WINDOW_S, limit=QUIET_LIMIT_S):
         used = time.process_time() - time.thread_time() - others
         quiet = quiet + 1 if used < QUIET_SHARE * window else 0
     return time.perf_counter() - start
+
+
+def patched(call, owner, name, value):
+    """``call`` run with ``owner.name`` set to ``value`` during it (restored after): one system's switch."""
+    def run():
+        saved = getattr(owner, name)
+        setattr(owner, name, value)
+        try:
+            return call()
+        finally:
+            setattr(owner, name, saved)
+    return run
