@@ -67,3 +67,25 @@ def test_a_folded_bias_reads_strided_and_offset_operands_as_eager_and_torch(layo
     np.testing.assert_array_equal(got.numpy(), fn(*args).numpy())
     want = fn(tx, torch.tensor(w), tb, torch.tensor(z))
     np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("field, value", [("strides", [-4]), ("example_strides", [1.5]), ("offset", -1)])
+def test_an_output_view_with_a_negative_or_fractional_stride_fails_to_load(tmp_path, field, value):
+    """A manifest's output views (`jitorch.export.views`) are counts: a file whose view has a negative or fractional
+    stride is refused at load with the library's ExportError, not left to fail (or read elsewhere) at a call."""
+    from jitorch.export import ExportError
+    from tests.export.helpers import rewrite
+
+    def fn(x):
+        x.mul_(2)
+        return x[::2]
+    path = tmp_path / "program.jitorch"
+    jt.export(fn, (jt.zeros(6),)).save(path)
+
+    def damage(m):
+        (view,) = m["graph"]["input_views"]
+        view[field] = value
+    bad = rewrite(path, tmp_path / "bad.jitorch", manifest=damage)
+    with pytest.raises(ExportError, match="counts"):
+        jt.load(bad)
+    assert jt.load(path)(jt.ones(6)).tolist() == [2.0, 2.0, 2.0]

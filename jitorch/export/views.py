@@ -138,12 +138,12 @@ def views_from_json(records, n_inputs, n_outputs):
         index = None
         if r["steps"] is not None:
             index = (tuple(tuple(_index(x) for x in s) for s in r["steps"]), tuple(_index(x) for x in r["start"]))
-        views[k] = InputView(i, tuple(int(x) for x in r["example_strides"]), tuple(int(x) for x in r["strides"]),
+        views[k] = InputView(i, tuple(_index(x) for x in r["example_strides"]), tuple(_index(x) for x in r["strides"]),
                              _index(r["offset"]), index)
     return views
 
 
 def _index(x):
     if type(x) is not int or x < 0:
-        raise ValueError(f"an output view's offsets and steps are counts, found {x!r}")
+        raise ValueError(f"an output view's strides, offsets and steps are counts, found {x!r}")
     return x
