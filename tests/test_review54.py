@@ -89,3 +89,16 @@ def test_an_output_view_with_a_negative_or_fractional_stride_fails_to_load(tmp_p
     with pytest.raises(ExportError, match="counts"):
         jt.load(bad)
     assert jt.load(path)(jt.ones(6)).tolist() == [2.0, 2.0, 2.0]
+
+
+def test_the_fuzzers_warm_mode_recompiles_in_a_fresh_process_from_the_disk_cache():
+    """``python -m tests.fuzz --warm`` (README): two programs compiled here, then again in a child process on the same
+    kernel cache: the child reads kernels and code objects from disk (hits counted) and agrees with eager."""
+    from tests.fuzz.generator import op_table
+    from tests.fuzz.oracle import _guarded, run_mode
+    from tests.fuzz.warm import _program, check_warm
+    batch, options = [(11, 6), (12, 6)], {}
+    for seed, statements in batch:  # (this process's compiled mode fills the cache, as the fuzzer's own run does)
+        _guarded(run_mode, _program(seed, statements, options, op_table(False)), "compiled")
+    found, hits = check_warm(batch, options)
+    assert found == {} and hits > 0
