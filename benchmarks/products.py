@@ -1,6 +1,6 @@
 """The matrix products of compiled training steps, timed under jitorch, NumPy and torch at 1 thread.
 
-    python benchmarks/products.py [--models gpt-4x128,gpt-6x384,cnn,dcgan,lstm] [--quick] [--rounds N]
+    python benchmarks/products.py [--models gpt-4x128,gpt-6x384,cnn,dcgan,lstm] [--quick] [--rounds N] [--variants]
 
 First every product a compiled step of ``benchmarks/models.py`` runs is collected (NumPy's ``matmul`` watched
 during two steps): its operands' shapes and strides, the output's strides (an arena buffer when the step
@@ -16,6 +16,22 @@ median of rounds), as
 
 and printed as GFLOP/s with the ratios jitorch/torch and jitorch/numpy of the times, plus per model the
 step's product milliseconds under each system. torch is imported here only.
+
+``--variants`` then times each distinct 2-D product's gemm call (OpenBLAS's: `blas_calls.call_words`, one thread)
+against the ways of making it that keep its bits, taking turns as above (thread CPU time), as GFLOP/s:
+
+    whole     the one call the step makes
+    fold      the result filled first (``fill(0)``), then the call with beta 1 (`blas_calls.adding_words`): what
+              `executor.fold_biases_into_products` costs where a bias is written first instead of BLAS clearing the
+              result (OpenBLAS's beta 0 clears it, then adds the product: the same bits, checked)
+    split     the best of the calls in 2, 3 or 4 parts of the rows or of the columns (64 or more each), one after
+              another on one thread (each element the same BLAS sum: the same bits, checked)
+
+and, once, ``peak``: OpenBLAS's rate on a 1536 x 1536 x 1536 product, the most these kernels reach on this core.
+Session 55 (Zen 4, load 8-10): every model's products ran whole at 80-95 GFLOP/s of a peak of 98-100; fold 0.97-1.00x
+whole's rate, split 0.9-1.0x: neither beats the whole call. ``JITORCH_BLAS=mkl`` sets MKL's gemm beside NumPy's
+OpenBLAS in the table above (where the ``mkl`` wheel is installed): on Zen 4 it ran gpt-4x128's and lstm's products
+1.18-1.20x slower.
 
 A fused recurrence's per-step products (``h W_hh^T`` forward, ``d_gates W_hh`` backward: `ops.recurrences`) are
 collected too, one case per layer loop's (batch, k) by (k, n) product with its count of time steps: where a
@@ -229,6 +245,101 @@ def time_case(key, torch, rounds):
     return {s: statistics.median(t) for s, t in times.items()}
 
 
+def split_calls(a, b, out, parts, rows):
+    """`blas_calls.call_words` of ``out = a @ b`` (matrices) in ``parts`` near-equal ranges of the rows or columns."""
+    size = out.shape[0] if rows else out.shape[1]
+    bounds = threads.bounds(size, parts)
+    if rows:
+        return [blas_calls.call_words(a[lo:hi], b, out[lo:hi], False) for lo, hi in bounds]
+    return [blas_calls.call_words(a, b[:, lo:hi], out[:, lo:hi], False) for lo, hi in bounds]
+
+
+def variant_calls(a, b, out):
+    """{variant: a function making ``out = a @ b`` that way} (`--variants`; matrices of one float dtype), or None
+    where the product is no single OpenBLAS gemm call. Each variant leaves the whole call's bits in ``out``."""
+    whole = blas_calls.call_words(a, b, out, False)
+    if whole is None:
+        return None
+    adding = blas_calls.adding_words([whole], out.dtype)[0]
+
+    def fold():
+        out.fill(0)
+        blas_calls.run_words([adding])
+    calls = {"whole": lambda: blas_calls.run_words([whole]), "fold": fold}
+    for rows in (True, False):
+        for parts in (2, 3, 4):
+            if (out.shape[0] if rows else out.shape[1]) >= 64 * parts:
+                words = split_calls(a, b, out, parts, rows)
+                if None not in words:
+                    calls[f"{'rows' if rows else 'cols'} {parts}"] = lambda words=words: [
+                        blas_calls.run_words([w]) for w in words]
+    return calls
+
+
+def time_variants(calls, rounds, reps):
+    """{variant: thread CPU seconds per call} of `variant_calls`' ``calls``, taking turns (median of ``rounds``)."""
+    times = {v: [] for v in calls}
+    for i in range(rounds):
+        for v, fn in list(calls.items())[::1 if i % 2 else -1]:
+            t0 = time.thread_time()
+            for _ in range(reps):
+                fn()
+            times[v].append((time.thread_time() - t0) / reps)
+    return {v: statistics.median(t) for v, t in times.items()}
+
+
+def run_variants(key, rounds):
+    """(GFLOP/s per `variant_calls` variant of case ``key``, the best split's name) or None where it is no 2-D
+    product of one gemm call. Raises where a variant leaves other bits than the whole call."""
+    dtype, sa, ta, sb, tb, to, caller = key
+    if caller == STEP_KERNEL or len(sa) != 2 or len(sb) != 2:
+        return None
+    rng = np.random.default_rng(0)
+    a, b = strided(sa, ta, dtype, rng), strided(sb, tb, dtype, rng)
+    out = np.empty(product_shape(sa, sb), dtype) if to is None else strided(product_shape(sa, sb), to, dtype, rng)
+    calls = variant_calls(a, b, out)
+    if calls is None:
+        return None
+    bits = {}
+    for v, fn in calls.items():
+        fn()
+        bits[v] = out.copy()
+        if not np.array_equal(bits[v].view(np.uint8), bits["whole"].view(np.uint8)):
+            raise AssertionError(f"{v} of {sa} @ {sb} left other bits than the whole call")
+    f = flops(sa, sb)
+    rate = {v: f / t / 1e9 for v, t in time_variants(calls, rounds, max(1, int(2e8 / f))).items()}
+    splits = [v for v in rate if v not in ("whole", "fold")]
+    best = max(splits, key=rate.get) if splits else None
+    return rate, best
+
+
+PEAK_SIZE = 1536
+
+
+def peak_rate(rounds):
+    """OpenBLAS's GFLOP/s on a float32 `PEAK_SIZE` cube (one thread)."""
+    x = np.random.default_rng(0).standard_normal((PEAK_SIZE, PEAK_SIZE)).astype(np.float32)
+    out = np.empty_like(x)
+    words = blas_calls.call_words(x, x.T.copy(), out, False)
+    seconds = time_variants({"whole": lambda: blas_calls.run_words([words])}, rounds, 1)["whole"]
+    return flops(x.shape, x.shape) / seconds / 1e9
+
+
+def print_variants(cases, rounds):
+    """``--variants``' table of ``cases`` (`collect`'s keys)."""
+    print(f"\nthe gemm call and the ways of making it with its bits, GFLOP/s (thread CPU; peak: OpenBLAS on a "
+          f"{PEAK_SIZE}^3 product {peak_rate(rounds):.1f})")
+    print(f"{'A':<28} {'B':<28} {'whole':>7} {'fold':>7} {'split':>7}  best split")
+    for key in cases:
+        found = run_variants(key, rounds)
+        if found is None:
+            continue
+        rate, best = found
+        split = f"{rate[best]:7.1f}  {best}" if best else f"{'-':>7}"
+        print(f"{describe(key[1], key[2]):<28} {describe(key[3], key[4]):<28} {rate['whole']:7.1f} "
+              f"{rate['fold']:7.1f} {split}")
+
+
 def describe(shape, strides):
     """A shape with its layout: C (contiguous rows), T (a transposed matrix: unit stride on rows),
     or the element strides."""
@@ -245,6 +356,7 @@ def main(argv=None):
     parser.add_argument("--models", default=",".join(DEFAULT_MODELS))
     parser.add_argument("--quick", action="store_true", help="the models' small sizes, 3 rounds")
     parser.add_argument("--rounds", type=int, default=None)
+    parser.add_argument("--variants", action="store_true", help="each product's gemm call against its same-bits variants")
     args = parser.parse_args(argv)
     rounds = args.rounds or (3 if args.quick else 9)
     torch = models.real_torch()
@@ -279,6 +391,8 @@ def main(argv=None):
         gf = sum(n * flops(k[1], k[3]) for k, n in counts.items()) / 1e9
         print(f"{name:<12} {sum(counts.values()):8g} {gf:7.2f}  " + "".join(f"{ms[s]:8.2f}" for s in systems)
               + f"  {ms['jitorch'] / ms['numpy']:7.2f}" + (f"  {ms['jitorch'] / ms['torch']:9.2f}" if torch else ""))
+    if args.variants:
+        print_variants(cases, rounds)
 
 
 if __name__ == "__main__":
