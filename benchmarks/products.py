@@ -28,10 +28,11 @@ against the ways of making it that keep its bits, taking turns as above (thread 
               another on one thread (each element the same BLAS sum: the same bits, checked)
 
 and, once, ``peak``: OpenBLAS's rate on a 1536 x 1536 x 1536 product, the most these kernels reach on this core.
-Session 55 (Zen 4, load 8-10): every model's products ran whole at 80-95 GFLOP/s of a peak of 98-100; fold 0.97-1.00x
-whole's rate, split 0.9-1.0x: neither beats the whole call. ``JITORCH_BLAS=mkl`` sets MKL's gemm beside NumPy's
-OpenBLAS in the table above (where the ``mkl`` wheel is installed): on Zen 4 it ran gpt-4x128's and lstm's products
-1.18-1.20x slower.
+Session 55 (Zen 4, load 8-10, where one table's rates move by +-10%): gpt-4x128's and lstm's products ran whole at
+67-93 GFLOP/s against a peak of 96-100; in turns of 31 rounds on eight of them, the best split ran at 0.87-1.02x the
+whole call's rate and the fold took 0.99-1.04x its time: neither beats the whole call. ``JITORCH_BLAS=mkl`` sets
+MKL's gemm beside NumPy's OpenBLAS in the table above (where the ``mkl`` wheel is installed): on Zen 4 it ran
+gpt-4x128's and lstm's products 1.18-1.20x slower.
 
 A fused recurrence's per-step products (``h W_hh^T`` forward, ``d_gates W_hh`` backward: `ops.recurrences`) are
 collected too, one case per layer loop's (batch, k) by (k, n) product with its count of time steps: where a
@@ -356,7 +357,8 @@ def main(argv=None):
     parser.add_argument("--models", default=",".join(DEFAULT_MODELS))
     parser.add_argument("--quick", action="store_true", help="the models' small sizes, 3 rounds")
     parser.add_argument("--rounds", type=int, default=None)
-    parser.add_argument("--variants", action="store_true", help="each product's gemm call against its same-bits variants")
+    parser.add_argument("--variants", action="store_true",
+                        help="each product's gemm call against its same-bits variants")
     args = parser.parse_args(argv)
     rounds = args.rounds or (3 if args.quick else 9)
     torch = models.real_torch()

@@ -57,3 +57,19 @@ def test_the_variants_table_is_printed_after_the_products_table(bench, capsys, m
     assert "peak: OpenBLAS on a 1536^3 product" in out
     (row,) = out.split("best split\n", 1)[1].strip().splitlines()
     assert row.split()[:4] == ["128x64", "C", "64x128", "T"] and row.split()[-2] in ("rows", "cols")
+
+
+def test_the_fold_keeps_the_bits_past_blass_block_of_the_sum(bench):
+    """Filled with zeros, then beta 1: the bits of beta 0 with a sum longer than OpenBLAS's block of it (448 float32
+    terms on Zen 4, fewer elsewhere), where a bias written first would round otherwise (`blas_calls.ADDS_EXACT_MAX_K`):
+    OpenBLAS's beta 0 clears the result and adds the product's blocks to it alike."""
+    rng = np.random.default_rng(2)
+    a, b = rng.standard_normal((64, 1000)).astype(np.float32), rng.standard_normal((1000, 96)).astype(np.float32)
+    out = np.empty((64, 96), np.float32)
+    calls = bench.variant_calls(a, b, out)
+    calls["whole"]()
+    whole = out.copy()
+    out[...] = np.nan
+    calls["fold"]()
+    assert np.array_equal(out.view(np.uint32), whole.view(np.uint32))
+    np.testing.assert_allclose(whole, a.astype(np.float64) @ b, rtol=1e-3, atol=1e-3)
