@@ -90,12 +90,14 @@ def _seconds(timeout):
     return timeout.total_seconds() if hasattr(timeout, "total_seconds") else float(timeout)
 
 
-def _run(pg, requests, finish, async_op, what, result=()):
-    """A `Work` for ``async_op``; else the collective waited for and finished here (no `Work` to make)."""
+def _run(pg, requests, finish, async_op, what, result=(), timeout=None):
+    """A `Work` for ``async_op``; else the collective waited for and finished here (no `Work` to make). Either
+    raises after ``timeout`` seconds (None: the group's)."""
+    seconds = pg.timeout if timeout is None else timeout
     if async_op:
-        return Work(requests, finish, pg.timeout, what, result)
+        return Work(requests, finish, seconds, what, result)
     for request in requests:
-        wait(request, pg.timeout, what)
+        wait(request, seconds, what)
     if finish is not None:
         finish()
     return None
@@ -243,7 +245,9 @@ class _Lane:
         self.ready = flat[_READINESS::nbytes]  # every rank's, of an all-reduce through MPI (`_Plan`)
         # the others' headers and readiness bytes together (`agree`)
         self.others_ready = [flat[r * nbytes:r * nbytes + _READINESS + 1] for r in range(size) if r != pg.rank()]
-        self.written = None  # the header in ``mine`` now: a call like the last writes none
+        # the header in ``mine`` now (a call like the last writes none), or a `_Plan`'s ``ready_header``: its header
+        # and its readiness byte 2 (`_Plan.run`)
+        self.written = None
         init = getattr(self.comm, "Allgather_init", None)
         self.persistent = None if init is None else init(self.mine, self.everyone)
         self.running = False  # the persistent all-gather was started and not seen finished
@@ -263,31 +267,19 @@ class _Lane:
         self.running = True
         return self.persistent
 
-    def agree(self, header, request=None, what="all_reduce", ready=None):
-        """Wait for the all-gather of ``header`` (``request``; None: start it here, the persistent all-gather
-        alone when ``header`` is in the block already, as in a loop's calls); RuntimeError naming each rank's call
-        unless every rank's header is ``header``. ``ready``: ``header`` and this rank's readiness byte (`_Plan`);
-        then whether every other rank's block starts with those same bytes, compared at once."""
-        if request is None:
-            request = self.persistent
-            if self.written is header and not self.running and request is not None:
-                request.Start()
-                self.running = True
-            else:
-                request = self.start(header)
+    def agree(self, header, request, what):
+        """Wait for the all-gather of ``header`` (``request``, started by `start`); RuntimeError naming each rank's
+        call unless every rank's header is ``header``."""
         wait(request, self.timeout, what)
         self.running = False
-        if ready is not None:
-            for other in self.others_ready:
-                if other.tobytes() != ready:
-                    break
-            else:
-                return True
+        self.compare(header, what)
+
+    def compare(self, header, what):
+        """RuntimeError naming each rank's call unless every rank's gathered header is ``header``."""
         for other in self.others:
             if other.tobytes() != header:  # (a memoryview compared with bytes goes byte by byte: 5x slower)
                 self.blocks.settle(False)  # (every rank sees a header unlike its own: all settle alike)
                 raise self.disagreement(header, self.pg, what)
-        return False
 
     def disagreement(self, header, pg, what):
         """The RuntimeError naming each rank's call, from the gathered headers (which differ from ``header``)."""
@@ -523,13 +515,16 @@ class _Plan:
     def run(self, tensor, array, async_op):
         """`start` on ``array``, ``tensor``'s own memory, then finish (AVG divides; the version moves): now, or
         by the `Work`'s ``wait()`` for ``async_op``. A tensor all-reduced again whose bound all-reduce is idle
-        (a loop's every call after its second) takes `start`'s steps for that case alone, the agreement being
-        `_Lane.agree`'s common case, which also compares every rank's readiness byte with the headers: with
-        `all_reduce` taking such a plan as the group's hot all-reduce, 1 rank (where MPI's calls return at once,
-        so what is left is mostly Python), 8 KB, 2.35 -> 1.45 us a call, MPI's two persistent collectives alone
-        0.7; on 2 ranks of the loaded 2-core machine, where the ranks often share a core, Python's cost counts
-        about twice (8 KB: 6.8 -> 5.8 us before the readiness bytes were compared with the headers, the bare two
-        collectives 4.2)."""
+        (a loop's every call after its second) takes `start`'s steps for that case alone, written out here as
+        `_Inline.run` writes out its own: the lane's persistent all-gather started again when the block holds
+        this plan's header and readiness byte already (`_Lane.written` is ``ready_header``), then every rank's
+        header and readiness byte compared at once; the headers alone (`_Lane.compare`) only when those differ.
+        With `all_reduce` taking such a plan as the group's hot all-reduce, 1 rank, 8 KB (where MPI's calls
+        return at once): 16,973 -> 14,433 instructions a call (valgrind, against 9,979 for MPI's two persistent
+        collectives waited for alone); before, through `_Lane.agree`, 2.35 -> 1.45 us. On 2 ranks of the 2-core
+        machine, where the ranks often share a core, Python's cost counts about twice: jitorch 8.0-8.4 us a call
+        against 6.1-6.2 for the bare collectives and 6.8-7.0 for mpi4py's blocking Allreduce (session 55, before
+        this change, loaded machine)."""
         blocks = self.blocks
         lane = blocks.lane
         if self.nbytes <= lane.inline:
@@ -537,16 +532,28 @@ class _Plan:
         timeout = self.timeout
         bound = self.bound_array
         if bound is not None and not self.busy and bound() is array:
-            lane.writable[_READINESS] = 2
-            everyone = lane.agree(self.header, ready=self.ready_header)
-            if self.mid or blocks.streak or lane is not blocks.narrow:
-                blocks.settle(self.mid)
-            if everyone:  # (every rank can start its bound one: `started`'s first case, without its steps)
+            ready = self.ready_header
+            request = lane.persistent
+            if lane.written is ready and not lane.running:  # (header and readiness byte in the block already)
+                request.Start()
+                lane.running = True
+            else:
+                lane.writable[_READINESS] = 2
+                request = lane.start(self.header)
+                lane.written = ready
+            wait(request, timeout, "all_reduce")
+            lane.running = False
+            for other in lane.others_ready:
+                if other.tobytes() != ready:
+                    lane.compare(self.header, "all_reduce")
+                    request = self.started(lane, array, True)
+                    break
+            else:  # (every rank can start its bound one: `started`'s first case, without its steps)
                 request = self.bound
                 request.Start()
                 self.busy = True
-            else:
-                request = self.started(lane, array, True)
+            if self.mid or blocks.streak or lane is not blocks.narrow:
+                blocks.settle(self.mid)
         else:
             request = self.start(array, "all_reduce", reuse=True)
         if async_op:
@@ -1026,10 +1033,12 @@ def _offsets(counts):
 
 
 @members_only
-def barrier(group=None, async_op=False, device_ids=None):
-    """Wait until every rank of the group has called barrier."""
+def barrier(group=None, async_op=False, device_ids=None, timeout=None):
+    """Wait until every rank of the group has called barrier; RuntimeError after ``timeout`` (a timedelta or
+    seconds; None: the group's timeout)."""
     pg = resolve(group)
-    return _run(pg, [pg.comm.Ibarrier()], None, async_op, "barrier")
+    seconds = None if timeout is None else _seconds(timeout)
+    return _run(pg, [pg.comm.Ibarrier()], None, async_op, "barrier", timeout=seconds)
 
 
 def _p2p(tensor, peer, group, tag, what, sending):
