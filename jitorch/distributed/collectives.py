@@ -520,11 +520,11 @@ class _Plan:
         this plan's header and readiness byte already (`_Lane.written` is ``ready_header``), then every rank's
         header and readiness byte compared at once; the headers alone (`_Lane.compare`) only when those differ.
         With `all_reduce` taking such a plan as the group's hot all-reduce, 1 rank, 8 KB (where MPI's calls
-        return at once): 16,973 -> 14,433 instructions a call (valgrind, against 9,979 for MPI's two persistent
-        collectives waited for alone); before, through `_Lane.agree`, 2.35 -> 1.45 us. On 2 ranks of the 2-core
-        machine, where the ranks often share a core, Python's cost counts about twice: jitorch 8.0-8.4 us a call
-        against 6.1-6.2 for the bare collectives and 6.8-7.0 for mpi4py's blocking Allreduce (session 55, before
-        this change, loaded machine)."""
+        return at once): 16,947 -> 15,891 instructions a call (valgrind, 100,000 calls), CPU time 1.55-1.63 ->
+        1.37-1.47 us against 0.80-0.88 for MPI's two persistent collectives waited for alone (session 55, loaded
+        machine); before, through `_Lane.agree`, 2.35 -> 1.45 us. On 2 ranks of the 2-core machine Python's cost
+        counts about twice: jitorch 8.0-8.4 us a call against 6.1-6.2 for the bare collectives and 6.8-7.0 for
+        mpi4py's blocking Allreduce (session 55, before this change)."""
         blocks = self.blocks
         lane = blocks.lane
         if self.nbytes <= lane.inline:

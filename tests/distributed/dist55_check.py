@@ -20,31 +20,13 @@ import numpy as np
 
 import jitorch as jt
 import jitorch.distributed as dist
-from checking import check, data, raises
+from checking import Counting, check, data, raises
 from jitorch.distributed import collectives
 from jitorch.distributed.process_group import resolve
 
 dist.init_process_group(timeout=datetime.timedelta(seconds=60))
 rank, size = dist.get_rank(), dist.get_world_size()
 pg = resolve(None)
-
-
-class Counting:
-    """The group's communicator, counting the all-reduces MPI is asked to start or bind."""
-
-    def __init__(self, comm):
-        self.comm, self.all_reduces = comm, 0
-
-    def Iallreduce(self, *args):  # noqa: N802
-        self.all_reduces += 1
-        return self.comm.Iallreduce(*args)
-
-    def Allreduce_init(self, *args):  # noqa: N802
-        self.all_reduces += 1
-        return self.comm.Allreduce_init(*args)
-
-    def __getattr__(self, name):
-        return getattr(self.comm, name)
 
 
 pg.comm = counting = Counting(pg.comm)
@@ -78,10 +60,10 @@ for between in range(6):
             dist.all_reduce(mid)
             check(mid, np.full(mid.numel(), 2.0))
         assert pg.signatures.lane is pg.signatures.wide
-    started = counting.all_reduces
+    started = counting.all_reduces, counting.bound
     for call in range(3):
         hot_call(hot, 10 * between + call)
-    assert counting.all_reduces == started and pg.signatures.lane is pg.signatures.narrow
+    assert (counting.all_reduces, counting.bound) == started and pg.signatures.lane is pg.signatures.narrow
     assert plan.bound_array() is hot._arr and pg.signatures.hot[2] is plan
 
 assert dist.is_torchelastic_launched()
