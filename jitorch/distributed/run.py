@@ -164,6 +164,8 @@ def run_rank(args):
         traceback.print_exc()
         sys.stderr.flush()
         MPI.COMM_WORLD.Abort(1)
+    if folder is not None:  # (its process may still fail: MPI aborts at exit after a timed-out collective)
+        open(os.path.join(folder, f"{rank}.done"), "w").close()
 
 
 class Ends:
@@ -210,16 +212,20 @@ class Ends:
     def first(self):
         """What failed first: the first rank to raise out of its script (whose shim wrote when: with MPI it then
         aborts the job, and mpiexec may kill the other ranks before that one), unless a rank's process ended
-        before; else the ranks seen ended first (several when one look found them all ended); None when
-        unknown."""
+        before; else the ranks seen ended first (several when one look found them all ended) whose script had
+        not returned; None when unknown."""
         raised = []
         for name in os.listdir(self.folder):
             if name.endswith(".raised"):
                 with open(os.path.join(self.folder, name)) as f:
                     when, what = f.read().split(" ", 1)
                 raised.append((float(when), what))
-        ended = [(when, f"rank{'s' if len(ranks) > 1 else ''} {', '.join(map(str, ranks))} ended first")
+        # of the ranks seen ended first, those whose script had returned are not named (their process may have
+        # failed at exit, or ended first by finishing first: which, only mpiexec knows)
+        ended = [(when, [r for r in ranks if not os.path.exists(os.path.join(self.folder, f"{r}.done"))])
                  for when, ranks in self.batches[:1]]
+        ended = [(when, f"rank{'s' if len(ranks) > 1 else ''} {', '.join(map(str, ranks))} ended first")
+                 for when, ranks in ended if ranks]
         events = sorted(raised + ended)
         return events[0][1] if events else None
 
