@@ -18,14 +18,16 @@ from .collectives import (Work, all_gather, all_gather_into_tensor, all_reduce, 
                           broadcast, gather, irecv, isend, recv, reduce, reduce_scatter_tensor, scatter, send)
 from .objects import (all_gather_object, broadcast_object_list, gather_object, recv_object_list,
                       scatter_object_list, send_object_list)
-from .process_group import (GroupMember, ProcessGroup, ReduceOp, destroy_process_group, get_backend, get_rank,
-                            get_world_size, init_process_group, is_available, is_gloo_available, is_initialized,
-                            is_mpi_available, is_nccl_available, new_group)
+from .process_group import (GroupMember, ProcessGroup, ReduceOp, destroy_process_group, get_backend,
+                            get_node_local_rank, get_rank, get_world_size, init_process_group, is_available,
+                            is_gloo_available, is_initialized, is_mpi_available, is_nccl_available,
+                            is_torchelastic_launched, new_group)
 from .process_group import World as group
 
 __all__ = ["GroupMember", "ProcessGroup", "ReduceOp", "Work", "all_gather", "all_gather_into_tensor",
            "all_gather_object", "all_reduce", "all_to_all_single", "barrier", "broadcast", "broadcast_object_list",
-           "destroy_process_group", "gather", "gather_object", "get_backend", "get_rank", "get_world_size", "group",
-           "init_process_group", "irecv", "is_available", "is_gloo_available", "is_initialized", "is_mpi_available",
-           "is_nccl_available", "isend", "new_group", "recv", "recv_object_list", "reduce", "reduce_scatter_tensor",
-           "scatter", "scatter_object_list", "send", "send_object_list"]
+           "destroy_process_group", "gather", "gather_object", "get_backend", "get_node_local_rank", "get_rank",
+           "get_world_size", "group", "init_process_group", "irecv", "is_available", "is_gloo_available",
+           "is_initialized", "is_mpi_available", "is_nccl_available", "is_torchelastic_launched", "isend", "new_group",
+           "recv", "recv_object_list", "reduce", "reduce_scatter_tensor", "scatter", "scatter_object_list", "send",
+           "send_object_list"]

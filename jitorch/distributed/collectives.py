@@ -7,7 +7,8 @@ Each call first checks, with one all-gather of a fixed-size block per rank on th
 would hang or mix data), on CUDA tensors through NCCL too. An all-reduce of a CPU tensor whose bytes fit in the
 block (`INLINE`) travels in it, so the check and the data take one message, and is reduced from the gathered
 blocks once the check has passed; all-reduces of up to `WIDE_INLINE` bytes given in a row move the group to a
-lane of wider blocks, where theirs do too (`_Blocks`). The check is every call's, but what an all-reduce's
+lane of wider blocks, where theirs do too, and larger ones to a lane of blocks little more than the header
+(`_Blocks`). The check is every call's, but what an all-reduce's
 signature needs is worked out once per group (`_Plan`), and MPI's schedules are built once: the all-gathers are
 persistent (`_Lane`), as is the all-reduce of a tensor given again (`_Plan`).
 Contiguous tensors are MPI's buffers themselves; others go through a contiguous copy.
@@ -42,7 +43,16 @@ INLINE = BLOCK - 8 * _HEADER
 # a 4 B one 1 us more than in the narrow lane's: so two lanes, and the wide one only for those all-reduces
 WIDE_BLOCK = 4096 + 8 * _HEADER
 WIDE_INLINE = WIDE_BLOCK - 8 * _HEADER
-WIDEN_AFTER = 2  # mid-sized all-reduces in a row that take the group to the wide lane
+# the slim lane's block: the header, the readiness byte and up to 7 bytes of data, which all-reduces of more than
+# `WIDE_INLINE` bytes, given in a row, take (their data goes through MPI after the agreement whatever the block):
+# 2 ranks, a persistent all-gather of the block then MPI's persistent all-reduce of 8 KB, 136 against 1024 bytes
+# 8.0 against 8.5 us (session 55, interleaved, loaded machine); a call of another size in that lane pays an MPI
+# all-reduce of its own (one of up to 8 bytes travels in the block), and takes the group back to the narrow lane
+SLIM_BLOCK = 8 * _HEADER + 8
+SLIM_INLINE = SLIM_BLOCK - 8 * _HEADER
+WIDEN_AFTER = 2  # all-reduces of one size class in a row that take the group to its lane (wide or slim)
+# an all-reduce's size class (`_Plan.kind`): up to INLINE bytes, up to WIDE_INLINE (the wide lane's), more (slim)
+_SMALL, _MID, _BIG = 0, 1, 2
 _READINESS = 8 * _HEADER  # where an all-reduce through MPI says whether it can run its bound one (`_Plan`)
 # bytes of the largest all-reduce bound to its array (whose array mpi4py then keeps alive until the plan rebinds):
 # 2 ranks, persistent against Iallreduce, 64 KB 59 against 67 us, 256 KB 215 against 228, 512 KB and 1 MB alike
@@ -90,12 +100,14 @@ def _seconds(timeout):
     return timeout.total_seconds() if hasattr(timeout, "total_seconds") else float(timeout)
 
 
-def _run(pg, requests, finish, async_op, what, result=()):
-    """A `Work` for ``async_op``; else the collective waited for and finished here (no `Work` to make)."""
+def _run(pg, requests, finish, async_op, what, result=(), timeout=None):
+    """A `Work` for ``async_op``; else the collective waited for and finished here (no `Work` to make). Either
+    raises after ``timeout`` seconds (None: the group's)."""
+    seconds = pg.timeout if timeout is None else timeout
     if async_op:
-        return Work(requests, finish, pg.timeout, what, result)
+        return Work(requests, finish, seconds, what, result)
     for request in requests:
-        wait(request, pg.timeout, what)
+        wait(request, seconds, what)
     if finish is not None:
         finish()
     return None
@@ -243,7 +255,9 @@ class _Lane:
         self.ready = flat[_READINESS::nbytes]  # every rank's, of an all-reduce through MPI (`_Plan`)
         # the others' headers and readiness bytes together (`agree`)
         self.others_ready = [flat[r * nbytes:r * nbytes + _READINESS + 1] for r in range(size) if r != pg.rank()]
-        self.written = None  # the header in ``mine`` now: a call like the last writes none
+        # the header in ``mine`` now (a call like the last writes none), or a `_Plan`'s ``ready_header``: its header
+        # and its readiness byte 2 (`_Plan.run`)
+        self.written = None
         init = getattr(self.comm, "Allgather_init", None)
         self.persistent = None if init is None else init(self.mine, self.everyone)
         self.running = False  # the persistent all-gather was started and not seen finished
@@ -263,31 +277,19 @@ class _Lane:
         self.running = True
         return self.persistent
 
-    def agree(self, header, request=None, what="all_reduce", ready=None):
-        """Wait for the all-gather of ``header`` (``request``; None: start it here, the persistent all-gather
-        alone when ``header`` is in the block already, as in a loop's calls); RuntimeError naming each rank's call
-        unless every rank's header is ``header``. ``ready``: ``header`` and this rank's readiness byte (`_Plan`);
-        then whether every other rank's block starts with those same bytes, compared at once."""
-        if request is None:
-            request = self.persistent
-            if self.written is header and not self.running and request is not None:
-                request.Start()
-                self.running = True
-            else:
-                request = self.start(header)
+    def agree(self, header, request, what):
+        """Wait for the all-gather of ``header`` (``request``, started by `start`); RuntimeError naming each rank's
+        call unless every rank's header is ``header``."""
         wait(request, self.timeout, what)
         self.running = False
-        if ready is not None:
-            for other in self.others_ready:
-                if other.tobytes() != ready:
-                    break
-            else:
-                return True
+        self.compare(header, what)
+
+    def compare(self, header, what):
+        """RuntimeError naming each rank's call unless every rank's gathered header is ``header``."""
         for other in self.others:
             if other.tobytes() != header:  # (a memoryview compared with bytes goes byte by byte: 5x slower)
-                self.blocks.settle(False)  # (every rank sees a header unlike its own: all settle alike)
+                self.blocks.settle(_SMALL)  # (every rank sees a header unlike its own: all settle alike)
                 raise self.disagreement(header, self.pg, what)
-        return False
 
     def disagreement(self, header, pg, what):
         """The RuntimeError naming each rank's call, from the gathered headers (which differ from ``header``)."""
@@ -319,23 +321,26 @@ class _Lane:
 
 
 class _Blocks:
-    """A group's agreement: its two lanes (`_Lane`: blocks of `BLOCK` bytes, and of `WIDE_BLOCK` for all-reduces
-    of up to `WIDE_INLINE` bytes), the lane the next call takes, and the all-reduce plans (`_Plan`) made so far,
-    by signature.
+    """A group's agreement: its three lanes (`_Lane`: blocks of `BLOCK` bytes; of `WIDE_BLOCK` for all-reduces of
+    more than `INLINE` and at most `WIDE_INLINE` bytes; of `SLIM_BLOCK` for larger ones), the lane the next call
+    takes, and the all-reduce plans (`_Plan`) made so far, by signature.
 
     Every rank must give a block of the same size, whatever it calls, so the lane is chosen from what every rank
     saw alike: the calls agreed on before (an all-gather of blocks of different sizes is MPI's undefined
     behaviour). After `WIDEN_AFTER` all-reduces in a row of more than `INLINE` and at most `WIDE_INLINE` bytes
     (each through MPI after its agreement: two messages), the group takes the wide lane, where their data travels
-    in the block (one message); any other call, or a disagreement, takes it back to the narrow one. Both lanes'
-    persistent all-gathers are made at the group's first agreement, the same call on every rank, so each is
-    initialised at the same place in every rank's order of collectives, as MPI requires."""
+    in the block (one message); after `WIDEN_AFTER` in a row of more, the slim lane, whose smaller block is
+    gathered sooner; any other call, or a disagreement, takes it back to the narrow one. Every lane's persistent
+    all-gather is made at the group's first agreement, the same call on every rank, so each is initialised at
+    the same place in every rank's order of collectives, as MPI requires."""
 
     def __init__(self, pg):
         self.narrow = _Lane(pg, self, BLOCK)
         self.wide = _Lane(pg, self, WIDE_BLOCK)
+        self.slim = _Lane(pg, self, SLIM_BLOCK)
         self.lane = self.narrow
-        self.streak = 0  # mid-sized all-reduces agreed on in a row (`settle`)
+        self.kind = _SMALL  # the size class of the all-reduces agreed on in a row (`settle`), and how many
+        self.streak = 0
         self.plans = {}
         # (weak reference to the array, op, `_Inline` or `_Plan`) of the last all-reduce of a tensor's own array
         # through its plan (`all_reduce`): weak, as a small view's array holds all of its base's memory
@@ -350,23 +355,25 @@ class _Blocks:
         """Start the current lane's all-gather of ``header`` (`_Lane.start`); its request."""
         return self.lane.start(header)
 
-    def check(self, request, header, what, mid=False):
+    def check(self, request, header, what, kind=_SMALL):
         """Wait for every rank's block; RuntimeError naming each rank's call unless every header is ``header``.
-        Then the lane of the group's next call (`settle`): ``mid``, the call was an all-reduce of more than
-        `INLINE` and at most `WIDE_INLINE` bytes."""
+        Then the lane of the group's next call (`settle`): ``kind``, the call's size class, `_MID` or `_BIG`
+        for an all-reduce of more than `INLINE` bytes, `_SMALL` for any other call."""
         self.lane.agree(header, request, what)
-        self.settle(mid)
+        self.settle(kind)
 
-    def settle(self, mid):
+    def settle(self, kind):
         """Choose the next call's lane after an agreement, the same on every rank (see the class)."""
-        if mid:
-            self.streak += 1
-            if self.streak >= WIDEN_AFTER and self.lane is self.narrow:
-                self.lane, self.hot = self.wide, _COLD
-        else:
+        if kind == _SMALL:
             self.streak = 0
-            if self.lane is not self.narrow:
-                self.lane, self.hot = self.narrow, _COLD
+            lane = self.narrow
+        else:
+            if kind != self.kind:
+                self.kind, self.streak = kind, 0
+            self.streak += 1
+            lane = self.narrow if self.streak < WIDEN_AFTER else self.wide if kind == _MID else self.slim
+        if self.lane is not lane:
+            self.lane, self.hot = lane, _COLD
 
     def forget_plans(self):
         """Drop the plans, freeing their bound all-reduces (not running ones, which an async call not waited
@@ -382,6 +389,7 @@ class _Blocks:
         self.forget_plans()
         self.narrow.free()
         self.wide.free()
+        self.slim.free()
 
 
 _COLD = (lambda: None, None, None)  # `_Blocks.hot` when no all-reduce is (`all_reduce` takes no None array)
@@ -448,11 +456,13 @@ class _Plan:
         self.timeout = pg.timeout
         self.in_place = mpi().IN_PLACE
         self.nbytes = math.prod(shape) * array_dtype.itemsize
-        self.mid = INLINE < self.nbytes <= WIDE_INLINE  # (`_Blocks.settle`)
+        self.kind = _SMALL if self.nbytes <= INLINE else _MID if self.nbytes <= WIDE_INLINE else _BIG
+        # the lane the group is in after a call of this plan's when its streak is long enough (`_Blocks.settle`)
+        self.home = (blocks.narrow, blocks.wide, blocks.slim)[self.kind]
         self.inlines = {}  # lane -> `_Inline`
         self.bound = self.bound_array = None  # the persistent all-reduce, and a weak reference to its array
         self.busy = False  # the bound all-reduce was started and its call has not finished
-        if self.nbytes > INLINE:
+        if self.nbytes > SLIM_INLINE:  # (through MPI in some lane: in the slim one past its 8 bytes)
             self.mpi_op = op_of(op.value, array_dtype)
             # only where the communicator has persistent all-reduces (a thread world's has its all-gather alone)
             self.bindable = self.nbytes <= BOUND_MAX and hasattr(pg.comm, "Allreduce_init")
@@ -479,7 +489,7 @@ class _Plan:
             inline.mine[...] = array
         else:
             lane.writable[_READINESS] = self.readiness(array) if reuse and self.bindable else 0
-        blocks.check(lane.start(self.header), self.header, what, self.mid)
+        blocks.check(lane.start(self.header), self.header, what, self.kind)
         if inline is not None:
             inline.reduce(array)
             return None
@@ -523,13 +533,16 @@ class _Plan:
     def run(self, tensor, array, async_op):
         """`start` on ``array``, ``tensor``'s own memory, then finish (AVG divides; the version moves): now, or
         by the `Work`'s ``wait()`` for ``async_op``. A tensor all-reduced again whose bound all-reduce is idle
-        (a loop's every call after its second) takes `start`'s steps for that case alone, the agreement being
-        `_Lane.agree`'s common case, which also compares every rank's readiness byte with the headers: with
-        `all_reduce` taking such a plan as the group's hot all-reduce, 1 rank (where MPI's calls return at once,
-        so what is left is mostly Python), 8 KB, 2.35 -> 1.45 us a call, MPI's two persistent collectives alone
-        0.7; on 2 ranks of the loaded 2-core machine, where the ranks often share a core, Python's cost counts
-        about twice (8 KB: 6.8 -> 5.8 us before the readiness bytes were compared with the headers, the bare two
-        collectives 4.2)."""
+        (a loop's every call after its second) takes `start`'s steps for that case alone, written out here as
+        `_Inline.run` writes out its own: the lane's persistent all-gather started again when the block holds
+        this plan's header and readiness byte already (`_Lane.written` is ``ready_header``), then every rank's
+        header and readiness byte compared at once; the headers alone (`_Lane.compare`) only when those differ.
+        With `all_reduce` taking such a plan as the group's hot all-reduce, 1 rank, 8 KB (where MPI's calls
+        return at once): 16,947 -> 15,891 instructions a call (valgrind, 100,000 calls), CPU time 1.55-1.63 ->
+        1.37-1.47 us against 0.80-0.88 for MPI's two persistent collectives waited for alone (session 55, loaded
+        machine); before, through `_Lane.agree`, 2.35 -> 1.45 us. On 2 ranks of the 2-core machine Python's cost
+        counts about twice: jitorch 8.0-8.4 us a call against 6.1-6.2 for the bare collectives and 6.8-7.0 for
+        mpi4py's blocking Allreduce (session 55, before this change)."""
         blocks = self.blocks
         lane = blocks.lane
         if self.nbytes <= lane.inline:
@@ -537,16 +550,28 @@ class _Plan:
         timeout = self.timeout
         bound = self.bound_array
         if bound is not None and not self.busy and bound() is array:
-            lane.writable[_READINESS] = 2
-            everyone = lane.agree(self.header, ready=self.ready_header)
-            if self.mid or blocks.streak or lane is not blocks.narrow:
-                blocks.settle(self.mid)
-            if everyone:  # (every rank can start its bound one: `started`'s first case, without its steps)
+            ready = self.ready_header
+            request = lane.persistent
+            if lane.written is ready and not lane.running:  # (header and readiness byte in the block already)
+                request.Start()
+                lane.running = True
+            else:
+                lane.writable[_READINESS] = 2
+                request = lane.start(self.header)
+                lane.written = ready
+            wait(request, timeout, "all_reduce")
+            lane.running = False
+            for other in lane.others_ready:
+                if other.tobytes() != ready:
+                    lane.compare(self.header, "all_reduce")
+                    request = self.started(lane, array, True)
+                    break
+            else:  # (every rank can start its bound one: `started`'s first case, without its steps)
                 request = self.bound
                 request.Start()
                 self.busy = True
-            else:
-                request = self.started(lane, array, True)
+            if lane is not self.home or self.kind == _SMALL and blocks.streak:  # (else `settle` changes nothing)
+                blocks.settle(self.kind)
         else:
             request = self.start(array, "all_reduce", reuse=True)
         if async_op:
@@ -570,7 +595,7 @@ class _Inline:
         size, array_dtype, shape = plan.pg.size(), plan.array_dtype, plan.shape
         self.plan, self.lane, self.blocks, self.header = plan, lane, plan.blocks, plan.header
         self.divisor, self.timeout = plan.divisor, plan.pg.timeout
-        self.settles = not plan.mid  # after the call the group's lane is the narrow one (`_Blocks.settle`)
+        self.settles = plan.kind != _MID  # after the call the group's lane is the narrow one (`_Blocks.settle`)
         self.mine = np.ndarray(shape, array_dtype, buffer=lane.mine, offset=8 * _HEADER)
         rows = np.ndarray((size, *shape), array_dtype, buffer=lane.everyone, offset=8 * _HEADER,
                           strides=(lane.nbytes, *plan.strides))
@@ -614,11 +639,11 @@ class _Inline:
         blocks = self.blocks
         for other in lane.others:
             if other.tobytes() != header:
-                blocks.settle(False)
+                blocks.settle(_SMALL)
                 raise lane.disagreement(header, self.plan.pg, "all_reduce")
         # (a mid-sized all-reduce in the wide lane keeps the group there: nothing to settle)
         if self.settles and (blocks.streak or blocks.lane is not blocks.narrow):
-            blocks.settle(False)
+            blocks.settle(_SMALL)
         if scalar is not None:
             scalar.reduce(array)
         else:
@@ -1026,10 +1051,12 @@ def _offsets(counts):
 
 
 @members_only
-def barrier(group=None, async_op=False, device_ids=None):
-    """Wait until every rank of the group has called barrier."""
+def barrier(group=None, async_op=False, device_ids=None, timeout=None):
+    """Wait until every rank of the group has called barrier; RuntimeError after ``timeout`` (a timedelta or
+    seconds; None: the group's timeout)."""
     pg = resolve(group)
-    return _run(pg, [pg.comm.Ibarrier()], None, async_op, "barrier")
+    seconds = None if timeout is None else _seconds(timeout)
+    return _run(pg, [pg.comm.Ibarrier()], None, async_op, "barrier", timeout=seconds)
 
 
 def _p2p(tensor, peer, group, tag, what, sending):

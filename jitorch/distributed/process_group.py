@@ -212,6 +212,24 @@ def is_gloo_available():
     return False
 
 
+def is_torchelastic_launched():
+    """Whether a torchrun-style launcher started this process (``TORCHELASTIC_RUN_ID`` is set, as jitorch's
+    launcher sets it)."""
+    return os.getenv("TORCHELASTIC_RUN_ID") is not None
+
+
+def get_node_local_rank(fallback_rank=None):
+    """This process's rank on its node (``LOCAL_RANK``, which the launcher sets), else ``fallback_rank``;
+    torch's RuntimeError without either."""
+    if "LOCAL_RANK" in os.environ:
+        return int(os.environ["LOCAL_RANK"])
+    if fallback_rank is not None:
+        return int(fallback_rank)
+    raise RuntimeError("LOCAL_RANK is not in the environment. Consider passing fallback_rank to allow "
+                       "`get_node_local_rank` to work, assuming you are not running in a multi-device context and "
+                       "want the code to run locally instead.")
+
+
 def is_initialized():
     """Whether the default process group exists."""
     return World.WORLD is not None
@@ -263,17 +281,24 @@ def get_backend(group=None):
     return resolve(group).backend
 
 
-def new_group(ranks=None, timeout=None, backend=None, pg_options=None, use_local_synchronization=False):
+def new_group(ranks=None, timeout=None, backend=None, pg_options=None, use_local_synchronization=False,
+              group_desc=None, device_id=None, sort_ranks=True):
     """A group of ``ranks`` (every rank when None); every process must call it, members or not. A process
-    outside ``ranks`` gets ``GroupMember.NON_GROUP_MEMBER``."""
+    outside ``ranks`` gets ``GroupMember.NON_GROUP_MEMBER``. Group ranks follow the global ranks' order, or with
+    ``sort_ranks=False`` the order of ``ranks`` (as torch's). ``group_desc`` and ``device_id`` are accepted
+    for torch's scripts (NCCL's communicators are made at a group's first collective on a device)."""
     world = resolve(None)
-    ranks = list(range(world.size())) if ranks is None else sorted(int(r) for r in ranks)
+    ranks = list(range(world.size())) if ranks is None else [int(r) for r in ranks]
+    if sort_ranks:
+        ranks.sort()
     for r in ranks:
         if not 0 <= r < world.size():
             raise ValueError(f"Invalid rank {r} for a world of {world.size()}")
+    if len(set(ranks)) != len(ranks):
+        raise ValueError(f"new_group: ranks {ranks} name a rank twice")
     MPI = mpi()
     me = world.rank()
-    comm = world.comm.Split(0 if me in ranks else MPI.UNDEFINED, me)
+    comm = world.comm.Split(0 if me in ranks else MPI.UNDEFINED, ranks.index(me) if me in ranks else me)
     if me not in ranks:
         return GroupMember.NON_GROUP_MEMBER
     seconds = world.timeout if timeout is None else timeout.total_seconds()

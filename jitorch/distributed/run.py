@@ -14,8 +14,12 @@ others through its own launcher (ssh) instead.
 Each process starts in this module's ``--rank-shim`` mode, which sets torchrun's environment (``RANK``,
 ``LOCAL_RANK``, ``WORLD_SIZE``, ``LOCAL_WORLD_SIZE``, ``MASTER_ADDR``, ``MASTER_PORT``, ``GROUP_RANK``) from
 MPI's before it runs the script as ``__main__``, so a script written for torchrun reads what it expects. When
-one process dies or exits with an error, ``mpiexec`` stops the others; SIGINT and SIGTERM sent to the launcher
-go to every process. The launcher exits with the first failure's code and says which rank failed.
+one process dies or exits with an error, ``mpiexec`` stops the others; a script that raises aborts the job (with
+MPI running, its exit would wait for the other ranks, which would wait for it until the group's timeout).
+SIGINT and SIGTERM sent to the launcher go to every process. The launcher exits with the first failure's code
+and names the rank that failed first (`Ends`). torchrun's options for elastic runs and its logs are accepted
+where they change nothing here (``--rdzv-id``, ``--rdzv-conf``, ``--monitor-interval``, ``--start-method``,
+``--role``, ``--run-path``); ``--max-restarts`` other than 0 is refused.
 """
 
 from __future__ import annotations
@@ -23,10 +27,15 @@ from __future__ import annotations
 import argparse
 import os
 import runpy
+import select
 import shutil
 import signal
 import subprocess
 import sys
+import tempfile
+import threading
+import time
+import traceback
 
 
 def parse_args(argv):
@@ -41,6 +50,18 @@ def parse_args(argv):
                    "as --master-addr and --master-port)")
     p.add_argument("--rdzv-backend", "--rdzv_backend", default="static", choices=["static", "c10d"],
                    help="accepted for torchrun's command lines: jitorch's rendezvous is MPI's ports")
+    p.add_argument("--rdzv-id", "--rdzv_id", help="accepted for torchrun's command lines (the job's id: each "
+                   "launch is its own job here)")
+    p.add_argument("--rdzv-conf", "--rdzv_conf", default="", help="accepted for torchrun's command lines")
+    p.add_argument("--max-restarts", "--max_restarts", type=int, default=0,
+                   help="0: a failed rank fails the run (restarts are not supported)")
+    p.add_argument("--monitor-interval", "--monitor_interval", type=float, default=0.1,
+                   help="accepted for torchrun's command lines (mpiexec watches the ranks)")
+    p.add_argument("--start-method", "--start_method", default="spawn", choices=["spawn", "fork", "forkserver"],
+                   help="accepted for torchrun's command lines (mpiexec starts every rank as a new process)")
+    p.add_argument("--role", default="default", help="accepted for torchrun's command lines")
+    p.add_argument("--run-path", "--run_path", action="store_true",
+                   help="accepted for torchrun's command lines (each rank runs the script with runpy.run_path)")
     p.add_argument("--standalone", action="store_true", help="a single node (the default here)")
     p.add_argument("--hosts", help="comma-separated hosts for a multi-node run (passed to mpiexec -hosts)")
     p.add_argument("-m", "--module", action="store_true", help="run the script argument as a module (python -m)")
@@ -62,6 +83,8 @@ def parse_args(argv):
         p.error(f"--nnodes must be a number (elastic MIN:MAX ranges are not supported), got {args.nnodes!r}")
     if args.nproc_per_node < 1 or args.nnodes < 1:
         p.error("--nproc-per-node and --nnodes must be at least 1")
+    if args.max_restarts != 0:
+        p.error(f"--max-restarts {args.max_restarts}: restarting failed ranks is not supported (0 fails the run)")
     if not 0 <= args.node_rank < args.nnodes:
         p.error(f"--node-rank must be in [0, {args.nnodes}), got {args.node_rank}")
     if args.rdzv_endpoint:
@@ -92,6 +115,8 @@ def command(args):
                 "-genv", "JITORCHRUN_NNODES", str(args.nnodes)]
     cmd += ["-genv", "MASTER_ADDR", args.master_addr, "-genv", "MASTER_PORT", str(args.master_port),
             "-genv", "LOCAL_WORLD_SIZE", str(args.nproc_per_node)]
+    if getattr(args, "ends", None) is not None:
+        cmd += ["-genv", "JITORCHRUN_ENDS", args.ends.folder]
     shim = [sys.executable, "-m", "jitorch.distributed.run", "--rank-shim"]
     shim += ["-m"] if args.module else []
     shim += ["--no-python"] if args.no_python else []
@@ -110,14 +135,102 @@ def run_rank(args):
         rank, size = node * per_node + rank, int(os.environ.pop("JITORCHRUN_NNODES")) * per_node
     os.environ.update(RANK=str(rank), WORLD_SIZE=str(size), LOCAL_RANK=str(local), GROUP_RANK=str(node),
                       LOCAL_WORLD_SIZE=str(per_node), TORCHELASTIC_RUN_ID="jitorchrun")
+    folder = os.environ.pop("JITORCHRUN_ENDS", None)
+    if folder is not None:  # (`Ends`: the launcher names the rank that failed first)
+        with open(os.path.join(folder, f"{rank}.tmp"), "w") as f:
+            f.write(str(os.getpid()))
+        os.replace(os.path.join(folder, f"{rank}.tmp"), os.path.join(folder, f"{rank}.pid"))
     if args.no_python:
         os.execvp(args.script, [args.script, *args.script_args])
     sys.argv = [args.script, *args.script_args]
-    if args.module:
-        runpy.run_module(args.script, run_name="__main__", alter_sys=True)
-    else:
-        sys.path.insert(0, os.path.dirname(os.path.abspath(args.script)))
-        runpy.run_path(args.script, run_name="__main__")
+    try:
+        if args.module:
+            runpy.run_module(args.script, run_name="__main__", alter_sys=True)
+        else:
+            sys.path.insert(0, os.path.dirname(os.path.abspath(args.script)))
+            runpy.run_path(args.script, run_name="__main__")
+    except Exception as error:
+        what = f"rank {rank} (local rank {local}) raised {type(error).__name__}: {error}"
+        print(f"jitorchrun: {what}", file=sys.stderr, flush=True)
+        if folder is not None:
+            with open(os.path.join(folder, f"{rank}.raised"), "w") as f:
+                f.write(f"{time.monotonic()} {what}")  # (the machine's one monotonic clock)
+        # with MPI running, Python's exit would wait in MPI's finalize for the other ranks, which wait for this
+        # one in their next collective until the group's timeout (30 minutes by default): abort the job instead,
+        # as ``python -m mpi4py`` does, so that mpiexec stops every rank now
+        MPI = sys.modules.get("mpi4py.MPI")
+        if MPI is None or not MPI.Is_initialized() or MPI.Is_finalized():
+            raise
+        traceback.print_exc()
+        sys.stderr.flush()
+        MPI.COMM_WORLD.Abort(1)
+    if folder is not None:  # (its process may still fail: MPI aborts at exit after a timed-out collective)
+        open(os.path.join(folder, f"{rank}.done"), "w").close()
+
+
+class Ends:
+    """The order in which this node's ranks end, so that a failed run names the rank that failed first (mpiexec
+    kills the others once one has died, and its own message names a process id only). Each rank's shim writes
+    its pid into ``folder`` as it starts, in a file named by its global rank; a thread here waits on those
+    processes' pidfds (Linux) and notes each rank as its process ends. Where pidfds are missing the list stays
+    empty."""
+
+    def __init__(self, nproc):
+        self.folder = tempfile.mkdtemp(prefix="jitorchrun-")
+        self.nproc = nproc
+        self.batches = []  # (time, ranks seen ended at one look), in order
+        self.thread = threading.Thread(target=self.watch, daemon=True)
+        self.thread.start()
+
+    def watch(self):
+        if not hasattr(os, "pidfd_open"):
+            return
+        watched, known = {}, set()
+        while len(known) < self.nproc or watched:
+            ended = []
+            try:
+                names = os.listdir(self.folder)
+            except FileNotFoundError:  # (`close`: the launcher is done)
+                return
+            for name in names:
+                if name.endswith(".pid") and int(name[:-4]) not in known:
+                    rank = int(name[:-4])
+                    known.add(rank)
+                    with open(os.path.join(self.folder, name)) as f:
+                        pid = int(f.read())
+                    try:
+                        watched[os.pidfd_open(pid)] = rank
+                    except ProcessLookupError:  # (ended before it was seen)
+                        ended.append(rank)
+            ready = select.select(list(watched), [], [], 0.05)[0] if watched else []
+            for fd in ready:
+                ended.append(watched.pop(fd))
+                os.close(fd)
+            if ended:
+                self.batches.append((time.monotonic(), sorted(ended)))
+
+    def first(self):
+        """What failed first: the first rank to raise out of its script (whose shim wrote when: with MPI it then
+        aborts the job, and mpiexec may kill the other ranks before that one), unless a rank's process ended
+        before; else the ranks seen ended first (several when one look found them all ended) whose script had
+        not returned; None when unknown."""
+        raised = []
+        for name in os.listdir(self.folder):
+            if name.endswith(".raised"):
+                with open(os.path.join(self.folder, name)) as f:
+                    when, what = f.read().split(" ", 1)
+                raised.append((float(when), what))
+        # of the ranks seen ended first, those whose script had returned are not named (their process may have
+        # failed at exit, or ended first by finishing first: which, only mpiexec knows)
+        ended = [(when, [r for r in ranks if not os.path.exists(os.path.join(self.folder, f"{r}.done"))])
+                 for when, ranks in self.batches[:1]]
+        ended = [(when, f"rank{'s' if len(ranks) > 1 else ''} {', '.join(map(str, ranks))} ended first")
+                 for when, ranks in ended if ranks]
+        events = sorted(raised + ended)
+        return events[0][1] if events else None
+
+    def close(self):
+        shutil.rmtree(self.folder, ignore_errors=True)
 
 
 def main(argv=None):
@@ -125,6 +238,8 @@ def main(argv=None):
     if args.rank_shim:
         run_rank(args)
         return 0
+    # this node's ranks, whose ends the launcher watches (with --hosts, mpiexec starts them on other nodes too)
+    args.ends = None if args.hosts else Ends(args.nproc_per_node)
     # mpiexec stays in the launcher's process group: whoever stops that group (a terminal's Ctrl-C, a
     # supervisor) stops every rank with it
     process = subprocess.Popen(command(args))
@@ -136,8 +251,14 @@ def main(argv=None):
         signal.signal(signum, forward)
     code = process.wait()
     if code != 0:
-        print(f"jitorchrun: a rank failed (mpiexec exited with {code}); the other ranks were stopped",
-              file=sys.stderr)
+        first = None
+        if args.ends is not None:
+            args.ends.thread.join(timeout=1.0)  # (every rank has ended: mpiexec waits for them)
+            first = args.ends.first()
+        print(f"jitorchrun: a rank failed{f' ({first})' if first else ''} (mpiexec exited with {code}); the other "
+              f"ranks were stopped", file=sys.stderr)
+    if args.ends is not None:
+        args.ends.close()
     return code
 
 

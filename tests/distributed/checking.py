@@ -29,3 +29,22 @@ def raises(message, call, kind=RuntimeError):
         check.passed += 1
     else:
         raise AssertionError(f"no error: {message}")
+
+
+class Counting:
+    """A group's communicator (``pg.comm = Counting(pg.comm)``), counting the all-reduces MPI is asked to start
+    (``all_reduces``) and to bind to a buffer as persistent ones (``bound``)."""
+
+    def __init__(self, comm):
+        self.comm, self.all_reduces, self.bound = comm, 0, 0
+
+    def Iallreduce(self, *args):  # noqa: N802
+        self.all_reduces += 1
+        return self.comm.Iallreduce(*args)
+
+    def Allreduce_init(self, *args):  # noqa: N802
+        self.bound += 1
+        return self.comm.Allreduce_init(*args)
+
+    def __getattr__(self, name):
+        return getattr(self.comm, name)

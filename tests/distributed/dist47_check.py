@@ -11,27 +11,13 @@ import numpy as np
 
 import jitorch as jt
 import jitorch.distributed as dist
-from checking import check
+from checking import Counting, check
 from jitorch.distributed import collectives
 from jitorch.distributed.process_group import resolve
 
 dist.init_process_group()
 rank, size = dist.get_rank(), dist.get_world_size()
 pg = resolve(None)
-
-
-class Counting:
-    """The group's communicator, counting the all-reduces MPI is asked for."""
-
-    def __init__(self, comm):
-        self.comm, self.all_reduces = comm, 0
-
-    def Iallreduce(self, *args):  # noqa: N802
-        self.all_reduces += 1
-        return self.comm.Iallreduce(*args)
-
-    def __getattr__(self, name):
-        return getattr(self.comm, name)
 
 
 pg.comm = counting = Counting(pg.comm)
