@@ -1,6 +1,7 @@
 """Fused, compiled kernels against the systems a user would otherwise reach for.
 
     python benchmarks/fusion.py [--quick]
+    python benchmarks/fusion.py --tracked [--threads 1,2] [--rounds N]
 
 One table, every system timed in the same run (median of several repeats),
 float32 throughout: a tanh-approximation GELU (written with ``x * x * x`` and
@@ -13,6 +14,11 @@ bandwidth ceiling (a large copy) is measured in the same run and each
 streaming case is shown as a fraction of it. Then the per-call overhead of a
 compiled one-op function and of one reading 50 captured tensors, and compile
 times: the first call in a fresh process, cold and with a warm disk cache.
+
+``--tracked`` times only the rows issue 19 holds to torch eager (the full sum, the row max, the MLP forward), at
+each thread count of ``--threads``: jitorch compiled and torch eager taking turns in blocks in one process
+(`row_reductions.timed`: each block begun once the other system's threads went quiet), medians of ``--rounds``
+calls each, torch's time over jitorch's (at least 1: the target met), and the load average before and after.
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ import numpy as np
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 sys.path.insert(0, os.path.dirname(__file__))
 import jitorch as jt  # noqa: E402
+from row_reductions import timed  # noqa: E402
 from timing import median_time, settle  # noqa: E402
 
 try:
@@ -116,6 +123,40 @@ def cases(quick):
         (f"column sum * 2 {m}x{m}", (s,), lambda t: t.sum(0) * 2, lambda t: t.sum(axis=0) * 2, None, s.nbytes),
         ("MLP fwd 256x784", tuple(mlp_args), mlp, np_mlp, None, None),
     ]
+
+
+# The rows issue 19 holds to torch eager (jitorch compiled at least as fast), by the start of their labels
+TRACKED = ("sum, ", "row max ", "MLP fwd ")
+
+
+def tracked(quick, thread_counts, rounds):
+    """{(label, threads): (jitorch compiled's median, torch eager's)} of the `TRACKED` cases, the two taking turns
+    (see the module docstring)."""
+    prepared = []
+    for label, arrays, fn, *_ in cases(quick):
+        if label.startswith(TRACKED):
+            tensors, compiled = [jt.from_numpy(a) for a in arrays], jt.compile(fn)
+            tt = [torch.from_numpy(a) for a in arrays]
+            np.testing.assert_allclose(compiled(*tensors).numpy(), fn(*tt).numpy(), rtol=1e-4, atol=1e-3)
+            prepared.append((label, {"jitorch": lambda c=compiled, t=tensors: c(*t), "torch": lambda f=fn, t=tt: f(*t)}))
+    out = {}
+    for threads in thread_counts:
+        jt.set_num_threads(threads)
+        torch.set_num_threads(threads)
+        for label, calls in prepared:
+            times = timed(calls, rounds)
+            out[label, threads] = times["jitorch"][0], times["torch"][0]
+    return out
+
+
+def print_tracked(quick, thread_counts, rounds):
+    load = os.getloadavg()[0]
+    rows = tracked(quick, thread_counts, rounds)
+    print(f"medians of {rounds} calls each, jitorch compiled and torch eager taking turns; "
+          f"load {load:.1f} -> {os.getloadavg()[0]:.1f}")
+    print(f"{'case':<24}{'threads':>8}{'jitorch compiled':>18}{'torch eager':>14}{'torch / jitorch':>17}")
+    for (label, threads), (mine, theirs) in rows.items():
+        print(f"{label:<24}{threads:>8}{fmt(mine):>18}{fmt(theirs):>14}{theirs / mine:>17.2f}")
 
 
 def copy_ceiling(quick):
@@ -225,7 +266,16 @@ SYSTEMS = ("jitorch compiled", "jitorch eager", "numpy", "numexpr 1t", f"numexpr
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="smaller sizes, fewer repeats")
+    parser.add_argument("--tracked", action="store_true",
+                        help="only the sum, row max and MLP rows, jitorch compiled against torch eager in turns")
+    parser.add_argument("--threads", default="1,2", help="with --tracked: thread counts, comma-separated")
+    parser.add_argument("--rounds", type=int, default=21, help="with --tracked: timed calls of each system")
     args = parser.parse_args(argv)
+    if args.tracked:
+        if torch is None:
+            sys.exit("torch is not installed: pip install -e '.[bench]'")
+        print_tracked(args.quick, [int(t) for t in args.threads.split(",")], args.rounds)
+        return
     repeat = 3 if args.quick else 7
     ceiling = copy_ceiling(args.quick)
     rows = [(case[0], case[5], run_systems(case, repeat)) for case in cases(args.quick)]
