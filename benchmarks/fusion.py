@@ -138,7 +138,8 @@ def tracked(quick, thread_counts, rounds):
             tensors, compiled = [jt.from_numpy(a) for a in arrays], jt.compile(fn)
             tt = [torch.from_numpy(a) for a in arrays]
             np.testing.assert_allclose(compiled(*tensors).numpy(), fn(*tt).numpy(), rtol=1e-4, atol=1e-3)
-            prepared.append((label, {"jitorch": lambda c=compiled, t=tensors: c(*t), "torch": lambda f=fn, t=tt: f(*t)}))
+            prepared.append((label, {"jitorch": lambda c=compiled, t=tensors: c(*t),
+                                     "torch": lambda f=fn, t=tt: f(*t)}))
     out = {}
     for threads in thread_counts:
         jt.set_num_threads(threads)
