@@ -61,12 +61,27 @@ class DistributedDataParallel(Module):
     ``no_sync()`` skips the averaging (gradients accumulate locally); ``find_unused_parameters`` lets parameters
     that a forward did not use count as ready with zero gradients, and those no rank used keep their ``.grad``
     as it was (None stays None, as in torch); ``gradient_as_bucket_view`` makes ``.grad``
-    views of the communication buffers, which saves a copy. ``module`` is the wrapped module.
+    views of the communication buffers, which saves a copy. ``module`` is the wrapped module. ``init_sync=False``
+    skips the construction's check that every rank holds the same parameters and its broadcast from the first
+    rank. torch's arguments that jitorch does not implement (``mixed_precision``, ``device_mesh``,
+    ``delay_all_reduce_named_params``, ``param_to_hook_all_reduce``, ``skip_all_reduce_unused_params``) raise
+    NotImplementedError when given.
     """
 
-    def __init__(self, module, device_ids=None, output_device=None, dim=0, broadcast_buffers=True,
+    def __init__(self, module, device_ids=None, output_device=None, dim=0, broadcast_buffers=True, init_sync=True,
                  process_group=None, bucket_cap_mb=None, find_unused_parameters=False, check_reduction=False,
-                 gradient_as_bucket_view=False, static_graph=False, **kwargs):
+                 gradient_as_bucket_view=False, static_graph=False, delay_all_reduce_named_params=None,
+                 param_to_hook_all_reduce=None, mixed_precision=None, device_mesh=None,
+                 skip_all_reduce_unused_params=False):
+        # torch's arguments in torch's order; those that would change what is computed or communicated and
+        # that jitorch does not implement are refused, never ignored (a mixed_precision run would otherwise
+        # train in full precision without a word)
+        unsupported = {"delay_all_reduce_named_params": delay_all_reduce_named_params,
+                       "param_to_hook_all_reduce": param_to_hook_all_reduce, "mixed_precision": mixed_precision,
+                       "device_mesh": device_mesh, "skip_all_reduce_unused_params": skip_all_reduce_unused_params}
+        given = [name for name, value in unsupported.items() if value not in (None, False)]
+        if given:
+            raise NotImplementedError(f"jitorch's DistributedDataParallel does not implement {', '.join(given)}")
         super().__init__()
         self.module = module
         self.process_group = process_group
@@ -82,10 +97,11 @@ class DistributedDataParallel(Module):
         if not params:
             raise RuntimeError("DistributedDataParallel is not needed when a module doesn't have any parameter "
                                "that requires a gradient.")
-        if not is_compiling():
-            self._verify_same_model(params)
-        with no_grad():
-            self._broadcast([*module.parameters(), *module.buffers()])
+        if init_sync:  # (init_sync=False: the caller vouches that every rank starts from the same state)
+            if not is_compiling():
+                self._verify_same_model(params)
+            with no_grad():
+                self._broadcast([*module.parameters(), *module.buffers()])
         cap = (25 if bucket_cap_mb is None else bucket_cap_mb) * 2 ** 20
         self._buckets = self._bucketed(params[::-1], min(cap, FIRST_BUCKET_BYTES), cap)
         self._bucket_of = {id(p): b for b in self._buckets for p in b.params}

@@ -1,0 +1,48 @@
+"""DistributedDataParallel takes torch's arguments in torch's order: what it does not implement is refused,
+never ignored, and init_sync=False skips the construction's check and broadcast."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import jitorch as jt
+from jitorch.nn.parallel import DistributedDataParallel
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.parametrize("argument,value", [("mixed_precision", object()), ("device_mesh", object()),
+                                            ("skip_all_reduce_unused_params", True),
+                                            ("delay_all_reduce_named_params", [("w", None)]),
+                                            ("param_to_hook_all_reduce", object())])
+def test_an_argument_jitorch_does_not_implement_is_refused_before_any_group_is_needed(argument, value):
+    with pytest.raises(NotImplementedError, match=f"does not implement {argument}"):
+        DistributedDataParallel(jt.nn.Linear(2, 2), **{argument: value})
+
+
+def test_an_argument_torch_does_not_have_is_a_type_error():
+    with pytest.raises(TypeError, match="bucket_size"):
+        DistributedDataParallel(jt.nn.Linear(2, 2), bucket_size=4)
+
+
+def test_init_sync_false_skips_the_check_and_the_broadcast_and_still_averages():
+    code = ("import jitorch as jt, jitorch.distributed as dist\n"
+            "from jitorch.nn.parallel import DistributedDataParallel as DDP\n"
+            "calls = []\n"
+            "for name in ('broadcast', 'all_gather_object'):\n"
+            "    def counted(*a, _f=getattr(dist, name), _n=name, **k):\n"
+            "        calls.append(_n); return _f(*a, **k)\n"
+            "    setattr(dist, name, counted)\n"
+            "dist.init_process_group(backend='gloo')\n"
+            "for sync in (True, False):\n"
+            "    calls.clear(); jt.manual_seed(0); m = jt.nn.Linear(3, 2)\n"
+            "    ddp = DDP(m, init_sync=sync); ddp(jt.ones(4, 3)).sum().backward()\n"
+            "    print(sync, sorted(set(calls)), m.weight.grad.tolist() == [[4.0] * 3] * 2)\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PMI", "MPI_"))}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=ROOT,
+                          env=dict(env, RANK="0", WORLD_SIZE="1", PYTHONPATH=str(ROOT)))
+    assert done.stdout.splitlines() == ["True ['all_gather_object', 'broadcast'] True", "False [] True"], \
+        done.stdout + done.stderr
