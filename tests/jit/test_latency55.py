@@ -18,6 +18,7 @@ from jitorch.codegen import cache as cache_mod, cpu, kernel as kernel_mod
 from jitorch.codegen.cache import KernelCache
 from jitorch.jit import collector, executor, interop
 from jitorch.runtime import logs
+from tests.jit.test_warmlat48 import _allocate_in_pause, collections  # noqa: F401 (a fixture)
 
 def _mlp_step(layers):
     """A training step (forward, backward, SGD with momentum) of ``layers`` equal blocks, compiled."""
@@ -124,11 +125,6 @@ def test_pairing_asks_each_steps_reads_once():
     assert max(s.asked for s in steps) == 1
 
 
-class _Cycle:
-    def __init__(self):
-        self.me = self
-
-
 @pytest.fixture
 def unfrozen():
     """No object frozen out of the collector (tests/conftest.py freezes the suite's modules) while the test runs;
@@ -141,35 +137,17 @@ def unfrozen():
         gc.freeze()
 
 
-@pytest.fixture
-def collections():
-    """The generations the collector collects while the test runs (collector on)."""
-    was, seen = gc.isenabled(), []
-
-    def record(phase, info):
-        if phase == "start":
-            seen.append(info["generation"])
-    gc.enable()
-    gc.callbacks.append(record)
-    yield seen
-    gc.callbacks.remove(record)
-    (gc.enable if was else gc.disable)()
-
-
 def _long_pause():
     """A weak reference to a cycle made in a pause that put off more than `YOUNG_BACKLOG` young collections."""
-    with collector.collector_paused():
-        cycle = _Cycle()
-        ref = weakref.ref(cycle)
-        del cycle
-        kept = [[] for _ in range(collector.YOUNG_BACKLOG * gc.get_threshold()[0] + 1000)]
-    del kept
-    return ref
+    return _allocate_in_pause(collector.YOUNG_BACKLOG * gc.get_threshold()[0] + 1000)
 
 
 def test_a_long_pause_moves_its_survivors_without_a_pass_until_the_bound_then_collects(unfrozen, collections,
                                                                                         monkeypatch):
-    """Moved without a pass, the pause's cycle waits for the next full collection; once `PROMOTED_MAX` objects
+    """A pause that put off `YOUNG_BACKLOG` young collections or more ends with everything young moved to the oldest
+    generation without a collector's pass (session 48's collection of the two young ones went over the compile's
+    survivors: 40 ms of the GPT-8x128 step's warm first call, 240 ms of generate's): no collection runs, and the
+    cycle made in the pause waits for the next full collection. Once `PROMOTED_MAX` objects
     were moved so since the last full collection, a pause ends with the young generations' collection again (its
     survivors counted by the collector, so a process compiling graph after graph reaches a full collection), which
     frees the cycle at once; a full collection starts the count again."""

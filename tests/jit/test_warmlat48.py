@@ -157,40 +157,6 @@ def _allocate_in_pause(n):
     return ref
 
 
-@pytest.fixture
-def unfrozen():
-    """No object frozen out of the collector (tests/conftest.py freezes the suite's modules) while the test runs;
-    frozen again after, as conftest leaves them."""
-    import gc
-    frozen = gc.get_freeze_count()
-    gc.unfreeze()
-    yield
-    if frozen:
-        gc.collect()
-        gc.freeze()
-
-
-def test_a_long_pause_ends_with_its_survivors_in_the_oldest_generation_without_a_pass(unfrozen, collections):
-    """A pause that put off `YOUNG_BACKLOG` collections of the youngest generation or more ends with everything young
-    moved to the oldest generation without a collector's pass (session 48's collection of the two young ones went
-    over the compile's survivors: 40 ms of the GPT-8x128 step's warm first call, 240 ms of generate's): no
-    collection runs, the objects kept are in the oldest generation, and the cycle made in the pause is freed by
-    the next full collection (`jit.collector`; tests/jit/test_latency55.py checks the fallbacks)."""
-    import gc
-    from jitorch.jit import collector
-    gc.collect()
-    collections.clear()
-    with collector.collector_paused():
-        cycle = _Cycle()
-        ref = weakref.ref(cycle)
-        del cycle
-        kept = [[] for _ in range(collector.YOUNG_BACKLOG * gc.get_threshold()[0] + 1000)]
-    assert collections == [] and gc.get_count()[0] < 10
-    assert any(o is kept[-1] for o in gc.get_objects(2)) and ref() is not None
-    gc.collect()
-    assert ref() is None
-
-
 def test_a_short_pause_or_a_collector_the_caller_disabled_is_left_to_collect_as_it_would(collections):
     """Below the backlog the collector runs as it would have (no collection on leaving the pause); a collector
     the caller disabled collects nothing, whatever the pause put off."""
