@@ -837,7 +837,7 @@ class Plan:
         its inputs that are views, the outputs of its view nodes, whether its outputs have one shape
         and the nodes feeding its reductions, filled here when empty: an optimizer's step asks of
         each output of its kernels, and each of these, made per output, took time growing as the
-        square of the kernel's nodes (4 ms of a GPT-4x128 step's compile, 25 ms of a GPT-8x128's)."""
+        square of the kernel's nodes (the GPT-8x128 step's plan: 19 ms, now 13)."""
         shape = value.type.shape
         if target.type.shape != shape or target.type.dtype != value.type.dtype or target in escaping:
             return False
