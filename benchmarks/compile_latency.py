@@ -10,8 +10,9 @@ are CPU seconds of the process (compilation is single-threaded), steadier than w
 first call also runs the step, whose products, left to BLAS's own threads (``--threads 0``), spin-wait on a
 shared machine and cost that run 0.1-0.3 s of CPU more than the step's work on one thread.
 ``--steady N`` compiles the step anew N times in one process instead (`steady`), for how compile work grows with
---layers. ``--stages`` prints where each warm first call's CPU time went (`STAGES`), measured without a profiler (cProfile
-inflates the Python-heavy stages 3-5x and the native ones not at all); each warm process's line, then their medians.
+--layers. ``--stages`` prints where each warm first call's CPU time went (`STAGES`, and the cyclic collector's passes
+inside them), measured without a profiler (cProfile inflates the Python-heavy stages 3-5x and the native ones not at
+all); each warm process's line, then their medians.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from __future__ import annotations
 import argparse
 import cProfile
 import contextlib
+import gc
 import importlib
 import importlib.util
 import json
@@ -72,11 +74,29 @@ STAGES = (
 )
 
 
+# The cyclic garbage collector's passes during the first call, wherever they fall (inside the stages above: a pass
+# runs in whatever allocates when it is due; `jit.collector` pauses it while a graph is traced and compiled).
+COLLECTOR = "cyclic collector (inside the above)"
+
+
+def stage_labels():
+    """The stage table's rows: `STAGES`' labels, then `COLLECTOR`."""
+    return [label for label, _, _ in STAGES] + [COLLECTOR]
+
+
 @contextlib.contextmanager
 def time_stages():
-    """Within the block, each of `STAGES` adds its CPU seconds to the dict this yields (by label); the
-    functions are put back after it."""
-    seconds = dict.fromkeys([label for label, _, _ in STAGES], 0.0)
+    """Within the block, each of `STAGES` adds its CPU seconds to the dict this yields (by label), and the
+    collector's passes theirs (`COLLECTOR`); the functions are put back after it."""
+    seconds = dict.fromkeys(stage_labels(), 0.0)
+    started = [0.0]
+
+    def collection(phase, info):
+        if phase == "start":
+            started[0] = time.process_time()
+        else:
+            seconds[COLLECTOR] += time.process_time() - started[0]
+    gc.callbacks.append(collection)
     restore = []
     for label, module_name, path in STAGES:
         owner = importlib.import_module(module_name)
@@ -101,6 +121,7 @@ def time_stages():
     try:
         yield seconds
     finally:
+        gc.callbacks.remove(collection)
         for owner, name, original in reversed(restore):
             setattr(owner, name, original)
 
@@ -137,8 +158,8 @@ def measure(layers, profile=None, threads=1, stages=None):
 def print_stages(reports):
     """Each warm first call's stage times (CPU ms), one column per process, and their medians."""
     print("warm first calls, CPU ms by stage (one column per process; median last):")
-    columns = [[r["stages"][label] * 1e3 for label, _, _ in STAGES] + [r["first"] * 1e3] for r in reports]
-    labels = [label for label, _, _ in STAGES] + ["whole first call"]
+    columns = [[r["stages"][label] * 1e3 for label in stage_labels()] + [r["first"] * 1e3] for r in reports]
+    labels = stage_labels() + ["whole first call"]
     for i, label in enumerate(labels):
         values = [c[i] for c in columns]
         print(f"  {label:<38}" + "".join(f"{v:7.0f}" for v in values) + f"   | {statistics.median(values):5.0f}")

@@ -1,6 +1,7 @@
 """benchmarks/compile_latency.py's stage timing: a first call's CPU time split into the compile stages by wrappers
 (no profiler), which are put back afterwards, and the in-process steady measurement over new compilations."""
 
+import gc
 import importlib
 from pathlib import Path
 
@@ -38,7 +39,7 @@ def test_a_first_call_splits_into_stages_and_the_functions_are_put_back(bench):
         assert _stage_functions(bench) != before  # (wrapped while the block runs)
     assert out.item() == 45.0
     assert _stage_functions(bench) == before
-    assert set(seconds) == {label for label, _, _ in bench.STAGES}
+    assert list(seconds) == [label for label, _, _ in bench.STAGES] + [bench.COLLECTOR]
     assert seconds["trace (forward, backward, optimizer)"] > 0 and seconds["run the generated call"] > 0
     compile_s = seconds["compile the graph (below)"]
     inner = [seconds[label] for label, _, _ in bench.STAGES if label.startswith("  ")]
@@ -46,15 +47,22 @@ def test_a_first_call_splits_into_stages_and_the_functions_are_put_back(bench):
 
 
 def test_stage_functions_are_put_back_when_the_call_raises(bench):
-    before = _stage_functions(bench)
+    before, callbacks = _stage_functions(bench), list(gc.callbacks)
     with pytest.raises(RuntimeError, match="expected"):
         with bench.time_stages():
             raise RuntimeError("expected")
-    assert _stage_functions(bench) == before
+    assert _stage_functions(bench) == before and gc.callbacks == callbacks
+
+
+def test_the_collectors_passes_inside_the_block_are_timed_and_its_callback_removed(bench):
+    callbacks = list(gc.callbacks)
+    with bench.time_stages() as seconds:
+        gc.collect()
+    assert seconds[bench.COLLECTOR] > 0 and gc.callbacks == callbacks
 
 
 def test_steady_gives_the_least_stage_times_of_new_compilations_of_the_gpt_step(bench):
     best = bench.steady(layers=1, repeat=2, threads=0)  # (0: the thread count is left as the suite has it)
-    assert list(best) == [label for label, _, _ in bench.STAGES] + ["whole first call"]
+    assert list(best) == [label for label, _, _ in bench.STAGES] + [bench.COLLECTOR, "whole first call"]
     assert best["whole first call"] >= best["compile the graph (below)"] >= best["  passes"] > 0
     assert best["trace (forward, backward, optimizer)"] > 0 and best["run the generated call"] > 0
