@@ -387,14 +387,13 @@ def _fast_path(op, formula, promotion, positions, others, check, plain, defaults
     without ``into`` (``flat_into``: also for ops whose plain call is not a ufunc).
 
     ``fast_pair(method, general) -> operator``: the method of the op's Python operator (``x + y``), written
-    flat for its commonest case, two CPU tensors of one shape, dtype and contiguous layout that need no
-    backward node, whose result is the operands' layout: no test that case passes, one frame; other
+    flat for its commonest case, two CPU tensors of one shape, dtype and contiguous layout, whose result is the
+    operands' layout (and, on tensors that require grad in grad mode, its backward node): one frame; other
     tensors of the same class go on to ``fast``, then to ``general(x, y)`` (the op's function), and any
     other call to ``method(x, y)`` (the operator's own). None for ops that take other than two operands.
 
     ``fast_one(x) -> Tensor | None``: ``fast((x,))`` of an op whose one argument is its operand (``relu``,
-    ``exp``), written flat in the same way for a contiguous CPU tensor that needs no backward node. None for
-    other ops.
+    ``exp``), written flat in the same way for a contiguous CPU tensor. None for other ops.
 
     The op's ``check`` runs first, given the spec of the result (shape None: a check reads dtypes) and the
     arguments as the caller passed them; NumPy scalars and the like then fail the dtype test of `finish`.
@@ -900,14 +899,16 @@ def _fast_path(op, formula, promotion, positions, others, check, plain, defaults
             Tensor = registry.Tensor
             if isinstance(x, Tensor):
                 dtype, shape, xa = x.dtype, x._shape, x._arr
-                if (dtype in fast_dtypes and x.device is cpu and xa is not None and not x._requires_grad
+                if (dtype in fast_dtypes and x.device is cpu and xa is not None
                         and x._stride == contiguous.get(shape)):
+                    grad = x._requires_grad
                     if y is None:
                         if not unchecked and dtype not in passing:
                             check(specs[dtype], x)
                         ya = None
                     elif (y.dtype is dtype and y._shape == shape and y.device is cpu and y._arr is not None
-                            and not y._requires_grad and y._stride == x._stride):  # (y: a tensor, as x)
+                            and y._stride == x._stride):  # (y: a tensor, as x)
+                        grad = grad or y._requires_grad
                         if not pair_unchecked and dtype not in passing:
                             check(specs[dtype], x, y, *defaults)
                         ya = y._arr
@@ -937,7 +938,12 @@ def _fast_path(op, formula, promotion, positions, others, check, plain, defaults
                     # the tests, each a NumPy attribute made); another formula's is tested
                     if r.dtype is out.np and (ufunc_result or r.shape == shape and
                                               (ya is not None or r.flags.c_contiguous)):
-                        return Tensor._fresh(r, out, shape, x._stride)
+                        r = Tensor._fresh(r, out, shape, x._stride)
+                        # (recorded here, not through `fast`: its general operands and call cost a recorded
+                        # ``x * y`` 2 us, as much as the node; tensors and the defaults are converted already)
+                        if grad and records_grad():
+                            return registry.AUTOGRAD.record(op, [x, *defaults] if ya is None else [x, y, *defaults], r)
+                        return r
             r = fast((x,) if y is None else (x, y))
             return r if r is not None or general is None else general(x, y)
         return flat
