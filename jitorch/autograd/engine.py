@@ -1152,16 +1152,19 @@ def _run(roots, root_grads, retain_graph, create_graph, capture, accumulate):
                 continue
         if node.pre_hooks:  # after tensor hooks, retain_grad and capture, as torch's engine
             grads = _run_pre_hooks(node, grads)
-        if any(g is not None for g in grads.values()):
-            try:
-                if _profiling.RECORDER is None:
-                    input_grads = node.apply(grads, create_graph)
-                else:
-                    input_grads = _profiling.RECORDER.backward(node, lambda: node.apply(grads, create_graph))
-                check_backward(node, input_grads)
-            except Exception:
-                warn_failure(node)
-                raise
+        for g in grads.values():
+            if g is not None:
+                try:
+                    if _profiling.RECORDER is None:
+                        input_grads = node.apply(grads, create_graph)
+                    else:
+                        input_grads = _profiling.RECORDER.backward(node, lambda: node.apply(grads, create_graph))
+                    if anomaly_state["enabled"]:
+                        check_backward(node, input_grads)
+                except Exception:
+                    warn_failure(node)
+                    raise
+                break
         else:  # reachable, but the rules upstream gave it no gradient (expand_as's ``other``): nothing to pass on
             input_grads = [None] * len(node.next_functions)
         if node.post_hooks:

@@ -229,10 +229,25 @@ def _in_torch_order(r, operands):
     (`iterator_strides`): NumPy keeps the one dense layout all operands share, as torch does, but not the
     strides of size-1 dims."""
     shape = r._shape
-    tensors = [(a._shape, a._stride) for a in operands if isinstance(a, registry.Tensor)]
-    same_shape = len(tensors) == len(operands) and all(s == shape for s, _ in tensors)
-    strides = iterator_strides(shape, tensors, same_shape) or contiguous_strides_cached(shape)
+    tensors = tuple([(a._shape, a._stride) for a in operands if isinstance(a, registry.Tensor)])
+    key = (shape, tensors, len(tensors) == len(operands))
+    try:
+        strides = _TORCH_ORDER.get(key)
+    except TypeError:  # (strides held in a list)
+        strides = key = None
+    if strides is None:
+        same_shape = len(tensors) == len(operands) and all(s == shape for s, _ in tensors)
+        strides = iterator_strides(shape, tensors, same_shape) or contiguous_strides_cached(shape)
+        if key is not None:
+            if len(_TORCH_ORDER) >= 1024:
+                _TORCH_ORDER.clear()
+            _TORCH_ORDER[key] = strides
     return r if r._stride == strides else registry.laid_out(r, strides)
+
+
+# (result shape, operands' (shape, strides), whether all operands are tensors) -> `_in_torch_order`'s strides: a
+# broadcast gradient (a sum's backward, ``expand(...) * y``) asked the general order each call, 5 us of 9
+_TORCH_ORDER: dict = {}
 
 
 def split_ufunc(ufunc, vals, out_np):
