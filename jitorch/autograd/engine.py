@@ -439,7 +439,7 @@ def _record_plan(op, rule, positions, differentiable, key):
     lines += [f"    node = Node(op, args, {out}, ({''.join(e + ', ' for e in edges)}), "
               f"({''.join(s + ', ' for s in specs)}), versions, {everything or bool(saves)})",
               "    if anomaly['enabled']:",
-              "        node.trace = forward_trace(2)  # (the stack up to `record`'s caller, as the general path's)",
+              "        node.trace = forward_trace(1)  # (the stack up to `record`'s caller, as the general path's)",
               "    d = result.__dict__",
               "    d['grad_fn'] = node",
               "    result._requires_grad = True",
