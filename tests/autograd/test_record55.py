@@ -192,3 +192,34 @@ def test_the_flat_path_skips_only_an_identity_conversion():
         args = [x, y][:n] + [a.default for a in op.schema.args[n:]]
         converted = op.convert(list(args))
         assert all(c is v for c, v in zip(converted, args)), op.name
+
+
+@pytest.mark.parametrize("seed_kind", ["contiguous", "broadcast", "transposed"])
+def test_relus_backward_shortcut_gives_the_ops_bits_and_torchs(seed_kind):
+    """`_relu_backward`'s NumPy selection (plain tensors, a backward that records nothing) against the ops it
+    stands for (``where(y <= 0, 0, g)``) and torch's threshold_backward: NaN and infinite gradients, a NaN and
+    zeros of both signs in the input."""
+    from jitorch.autograd.rules.elementwise import _relu_backward
+    data = np.array([[1.0, -1.0, 0.0, -0.0], [np.nan, 2.0, -3.0, 4.0], [5.0, -6.0, 7.0, 0.5]], np.float32)
+    seed = {"contiguous": np.array([[np.inf, 1.0, -2.0, np.nan], [1.0, -np.inf, np.nan, -0.0], [3.0, 4.0, 5.0, 6.0]],
+                                   np.float32),
+            "broadcast": np.float32(-0.0), "transposed": np.arange(12, dtype=np.float32).reshape(4, 3)}[seed_kind]
+    def jt_seed():
+        if seed_kind == "broadcast":
+            return jt.tensor(seed).expand(3, 4)
+        return jt.tensor(seed).T if seed_kind == "transposed" else jt.tensor(seed)
+    x = jt.tensor(data, requires_grad=True)
+    y = jt.relu(x)
+    y.backward(jt_seed())
+    with jt.no_grad():
+        shortcut = _relu_backward(jt_seed(), y.detach())
+        ops = jt.where(y.detach() <= 0, 0, jt_seed())
+    bits = lambda t: np.ascontiguousarray(t.numpy()).view(np.uint32)
+    np.testing.assert_array_equal(bits(shortcut), bits(ops))
+    np.testing.assert_array_equal(bits(x.grad), bits(ops))
+    assert shortcut.stride() == ops.stride() == x.grad.stride()
+    tx = torch.tensor(data, requires_grad=True)
+    torch_seed = torch.tensor(seed).expand(3, 4) if seed_kind == "broadcast" else (
+        torch.tensor(seed).T if seed_kind == "transposed" else torch.tensor(seed))
+    torch.relu(tx).backward(torch_seed)
+    np.testing.assert_array_equal(bits(x.grad), tx.grad.numpy().view(np.uint32))
