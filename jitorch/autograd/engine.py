@@ -370,6 +370,15 @@ _FAST_RECORDERS: dict = {}  # op -> `_fast_recorder(op)`
 _UNBUILT = object()
 
 
+def recorder(op):
+    """``record(args, result)`` for ``op``'s out-of-place calls with one plain tensor result, without `record`'s
+    own frame: `_fast_recorder`'s function where it serves the op, else `record` itself."""
+    fast = _FAST_RECORDERS.get(op, _UNBUILT)
+    if fast is _UNBUILT:
+        fast = _FAST_RECORDERS[op] = _fast_recorder(op)
+    return fast if fast is not None else functools.partial(record, op)
+
+
 def _fast_recorder(op):
     """`record` for the commonest call, built once per op: an op with a rule, no tensor-list argument and no
     autograd fallback, that makes no view, called out of place with one tensor result. What the general
@@ -434,8 +443,12 @@ def _record_plan(op, rule, positions, differentiable, key):
             edges.append("(None, 0)")
     versions = [f"(t{i}, t{i}._storage._version)" for i in kept] + ["(result, result._storage._version)"] * result_kept
     lines += [f"    versions = [{', '.join(versions)}]"]
-    lines += [f"    args[{i}] = Unsaved(t{i}, ({op.name!r}, {names[i]!r}))" for i in present if i not in kept]
-    out = "result" if result_kept else f"Unsaved(result, ({op.name!r}, 'result'))"
+    for i in present:
+        if i not in kept:
+            lines += _unsaved_lines(f"t{i}", f"args[{i}]", (op.name, names[i]))
+    if not result_kept:
+        lines += _unsaved_lines("result", "out", (op.name, "result"))
+    out = "result" if result_kept else "out"
     lines += [f"    node = Node(op, args, {out}, ({''.join(e + ', ' for e in edges)}), "
               f"({''.join(s + ', ' for s in specs)}), versions, {everything or bool(saves)})",
               "    if anomaly['enabled']:",
@@ -449,11 +462,19 @@ def _record_plan(op, rule, positions, differentiable, key):
               "        if pair is not None:",
               "            pack(node, pair, True)",
               "    return result"]
-    env = {"Node": Node, "Unsaved": Unsaved, "gradient_edge": gradient_edge, "op": op, "anomaly": anomaly_state,
-           "forward_trace": forward_trace, "open_hooks": saved_hooks.OPEN, "saved_hooks": saved_hooks,
-           "pack": _pack}
+    env = {"Node": Node, "Unsaved": Unsaved, "new": object.__new__, "gradient_edge": gradient_edge, "op": op,
+           "anomaly": anomaly_state, "forward_trace": forward_trace, "open_hooks": saved_hooks.OPEN,
+           "saved_hooks": saved_hooks, "pack": _pack}
     return registry.define("\n".join(lines) + "\n", "plan", f"record_{op.name.replace('.', '_')}_{key}",
                            f"<jitorch record {op.name} {key}>", env)
+
+
+def _unsaved_lines(tensor, target, what):
+    """Lines that set ``target`` to `Unsaved` of ``tensor`` (names in a `_record_plan`), its ``__init__`` written
+    out: a call's frame cost as much as its stores."""
+    lines = [f"    u = new(Unsaved)"]
+    lines += [f"    u.{slot} = {tensor}.{attr}" for slot, attr in Unsaved.KEPT]
+    return lines + [f"    u.what = {what!r}", f"    {target} = u"]
 
 
 class UnimplementedNode(Node):

@@ -908,6 +908,8 @@ def _fast_path(op, formula, promotion, positions, others, check, plain, defaults
         ``method`` for what `flat` does not serve (an operand of another class, a dispatch hook or autocast
         on) and the op's ``general`` function for what neither shortcut serves: the operator's checks and
         `flat` in one frame, the commonest binary call's."""
+        recorder = [None]  # (`AUTOGRAD.recorder(op)`, at the first call that records)
+
         def flat(x, y=None):
             if method is not None and (y.__class__ is not x.__class__ or hooks or autocast.key is not None):
                 return method(x, y)
@@ -957,7 +959,10 @@ def _fast_path(op, formula, promotion, positions, others, check, plain, defaults
                         # (recorded here, not through `fast`: its general operands and call cost a recorded
                         # ``x * y`` 2 us, as much as the node; tensors and the defaults are converted already)
                         if grad and records_grad():
-                            return registry.AUTOGRAD.record(op, [x, *defaults] if ya is None else [x, y, *defaults], r)
+                            record = recorder[0]
+                            if record is None:
+                                record = recorder[0] = registry.AUTOGRAD.recorder(op)
+                            return record([x, *defaults] if ya is None else [x, y, *defaults], r)
                         return r
             r = fast((x,) if y is None else (x, y))
             return r if r is not None or general is None else general(x, y)

@@ -127,9 +127,8 @@ def test_an_anomaly_trace_ends_where_the_general_paths_ends():
             fast, general = x * y, x * y
         engine.record(op, [x, y], fast)
         engine.record(op, [x, y], general, versions={})
-    assert "the line in the trace" in z.grad_fn.trace
-    assert z.grad_fn.trace.strip().splitlines()[-2].strip().startswith('File "' + registry.__file__.replace(
-        "registry.py", "pointwise_base.py"))
+    # (the flat path calls the op's recorder itself: its trace ends at the caller's line, as torch's does)
+    assert "the line in the trace" in z.grad_fn.trace.strip().splitlines()[-1]
     fast_lines, general_lines = (r.grad_fn.trace.strip().splitlines() for r in (fast, general))
     assert fast_lines[:-2] == general_lines[:-2] and "engine.record(op, [x, y], fast)" in fast_lines[-1]
 
