@@ -977,6 +977,17 @@ def _gives_gradient(node, rule):
     return predicate is None or node.freed or predicate(Args(node.op.schema, node.args, node.op.arg_names))
 
 
+_RULE_TRAITS: dict = {}  # op -> `_rule_traits(op)`
+
+
+def _rule_traits(op):
+    """(the backward of ``op``'s rule or None, its `rule.only_if` predicate or None), looked up once per op."""
+    rule = op.pieces.get("derivative")
+    if rule is None:
+        return None, None
+    return rule.backward, getattr(rule.backward, "gives_gradient", None)
+
+
 def _call_rule(node, grads, create_graph):
     """The rule of ``node``'s op on its outputs' gradients: per tensor input, its gradient summed
     down to the input's shape and dtype (or None). Runs in the grad mode the caller set."""
@@ -992,10 +1003,13 @@ def _call_rule(node, grads, create_graph):
         if t._storage._version != version:
             raise RuntimeError(_modified_message(node, t, version))
     op = node.op
-    rule = op.pieces.get("derivative")
-    if rule is None:
+    traits = _RULE_TRAITS.get(op)
+    if traits is None:
+        traits = _RULE_TRAITS[op] = _rule_traits(op)
+    backward, predicate = traits
+    if backward is None:
         raise NotImplementedError(f"the derivative for '{op.name}' is not implemented")
-    if not _gives_gradient(node, rule):
+    if predicate is not None and not predicate(Args(op.schema, node.args, op.arg_names)):  # (`_gives_gradient`)
         return [None] * len(node.input_specs)
     args, out = node.args, node.out
     if node.packed:
@@ -1005,15 +1019,15 @@ def _call_rule(node, grads, create_graph):
     if outs is None:
         g = grads[0]
     else:
-        needed = getattr(rule.backward, "grads_of", None)  # (`passes_gradient`)
+        needed = getattr(backward, "grads_of", None)  # (`passes_gradient`)
         if needed is not None and all(grads.get(k) is None for k in needed):
             return [None] * len(node.input_specs)
-        fill = not getattr(rule.backward, "undefined_grads", False)  # (`rule.undefined_grads`)
+        fill = not getattr(backward, "undefined_grads", False)  # (`rule.undefined_grads`)
         g = tuple(grads.get(k) if grads.get(k) is not None else
                   (registry.FUNCTIONS["zeros"](tuple(o.shape), dtype=o.dtype, device=o.device)
                    if fill and isinstance(o, (Tensor, Unsaved)) else None)
                   for k, o in enumerate(outs))
-    result = rule.backward(g, Args(op.schema, args, op.arg_names), out)
+    result = backward(g, Args(op.schema, args, op.arg_names), out)
     names = op.arg_names
     out = []
     for (pos, j, shape, dtype) in node.input_specs:
