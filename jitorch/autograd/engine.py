@@ -395,7 +395,10 @@ def _fast_recorder(op):
     differentiable = frozenset(grad_args(op)[0])
     # the pattern: per tensor position k, 1 << 2k where a tensor, and 2 << 2k where one the rule differentiates
     # that requires grad
-    lines = ["def fast(args, result):", "    if not result.dtype.is_floating_point:", "        return result"]
+    lines = ["def fast(args, result):",
+             "    if pieces.get('derivative') is not rule:  # (replaced since: a test's monkeypatch)",
+             "        return rebuilt(op, args, result)",
+             "    if not result.dtype.is_floating_point:", "        return result"]
     for k, i in enumerate(positions):
         present = 1 << 2 * k
         if i in differentiable:
@@ -408,9 +411,15 @@ def _fast_recorder(op):
               "        plan = plans[key] = make_plan(op, rule, positions, differentiable, key)",
               "    return result if plan is None else plan(args, result)"]
     env = {"Tensor": registry.Tensor, "plans": {}, "make_plan": _record_plan, "op": op, "rule": rule,
-           "positions": positions, "differentiable": differentiable}
+           "positions": positions, "differentiable": differentiable, "pieces": op.pieces, "rebuilt": _rebuilt}
     return registry.define("\n".join(lines) + "\n", "fast", "record_" + op.name.replace(".", "_"),
                            f"<jitorch record {op.name}>", env)
+
+
+def _rebuilt(op, args, result):
+    """`record` of a call of ``op`` whose rule was replaced since its `_fast_recorder` was built: built anew."""
+    _FAST_RECORDERS.pop(op, None)
+    return record(op, args, result)
 
 
 def _record_plan(op, rule, positions, differentiable, key):
@@ -977,15 +986,14 @@ def _gives_gradient(node, rule):
     return predicate is None or node.freed or predicate(Args(node.op.schema, node.args, node.op.arg_names))
 
 
-_RULE_TRAITS: dict = {}  # op -> `_rule_traits(op)`
+_RULE_TRAITS: dict = {}  # op -> `_rule_traits(its rule)`
 
 
-def _rule_traits(op):
-    """(the backward of ``op``'s rule or None, its `rule.only_if` predicate or None), looked up once per op."""
-    rule = op.pieces.get("derivative")
+def _rule_traits(rule):
+    """(``rule``, its backward or None, its `rule.only_if` predicate or None), looked up once per op."""
     if rule is None:
-        return None, None
-    return rule.backward, getattr(rule.backward, "gives_gradient", None)
+        return None, None, None
+    return rule, rule.backward, getattr(rule.backward, "gives_gradient", None)
 
 
 def _call_rule(node, grads, create_graph):
@@ -1003,10 +1011,11 @@ def _call_rule(node, grads, create_graph):
         if t._storage._version != version:
             raise RuntimeError(_modified_message(node, t, version))
     op = node.op
+    rule = op.pieces.get("derivative")
     traits = _RULE_TRAITS.get(op)
-    if traits is None:
-        traits = _RULE_TRAITS[op] = _rule_traits(op)
-    backward, predicate = traits
+    if traits is None or traits[0] is not rule:  # (a rule replaced since: a test's monkeypatch)
+        traits = _RULE_TRAITS[op] = _rule_traits(rule)
+    _, backward, predicate = traits
     if backward is None:
         raise NotImplementedError(f"the derivative for '{op.name}' is not implemented")
     if predicate is not None and not predicate(Args(op.schema, node.args, op.arg_names)):  # (`_gives_gradient`)

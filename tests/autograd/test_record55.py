@@ -222,3 +222,20 @@ def test_relus_backward_shortcut_gives_the_ops_bits_and_torchs(seed_kind):
         torch.tensor(seed).T if seed_kind == "transposed" else torch.tensor(seed))
     torch.relu(tx).backward(torch_seed)
     np.testing.assert_array_equal(bits(x.grad), tx.grad.numpy().view(np.uint32))
+
+
+def test_a_rule_replaced_after_its_recorder_was_built_is_the_one_that_runs(monkeypatch):
+    """The recorder and the backward's rule lookup are built once per op, but follow a replaced rule (a
+    monkeypatch): found when test_saved_tensors.py's patched mul ran after a recorded ``x * y``."""
+    x, y = jt.ones(3, requires_grad=True), jt.full((3,), 2.0)
+    (x * y).sum().backward()  # (mul's recorder and its rule's lookup, built)
+    rule = registry.OPS["mul"].pieces["derivative"]
+    backward = lambda g, a, out: {"self": g * 10}  # noqa: E731
+    backward.saves = lambda needed: {"self", "other"}
+    backward.differentiates = frozenset({"self", "other"})
+    monkeypatch.setitem(registry.OPS["mul"].pieces, "derivative", type(rule)("mul", backward))
+    x.grad = None
+    z = x * y
+    assert [type(v) for v in z.grad_fn.args] == [jt.Tensor, jt.Tensor]  # (both saved, as the new rule says)
+    z.sum().backward()
+    np.testing.assert_array_equal(x.grad.numpy(), [10.0, 10.0, 10.0])
