@@ -163,6 +163,8 @@ def _autograd_case(lib, label):
             opt.step()
         return step
     return {"x * y": lambda: x * y,
+            "x + y": lambda: x + y,
+            "relu(x)": lambda: lib.relu(x),
             "(x * y).sum().backward()": lambda: (x * y).sum().backward(),
             "linear(h)": lambda: layer(h),
             "linear(h).sum().backward()": lambda: layer(h).sum().backward(),
@@ -171,7 +173,7 @@ def _autograd_case(lib, label):
             "cross_entropy.backward()": lambda: F.cross_entropy(x, target).backward()}[label]
 
 
-AUTOGRAD_CASES = ("x * y", "(x * y).sum().backward()", "linear(h)", "linear(h).sum().backward()",
+AUTOGRAD_CASES = ("x * y", "x + y", "relu(x)", "(x * y).sum().backward()", "linear(h)", "linear(h).sum().backward()",
                   "relu(h).sum().backward()", "cross_entropy(x, t)", "cross_entropy.backward()", "mlp step")
 
 

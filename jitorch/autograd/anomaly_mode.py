@@ -65,11 +65,12 @@ class set_detect_anomaly(_Mode):
         return self
 
 
-def forward_trace():
-    """The stack of the forward call recording a node, kept while anomaly detection is on (else None)."""
+def forward_trace(inner=0):
+    """The stack of the forward call recording a node, kept while anomaly detection is on (else None): up to
+    the caller of the function that made the node, or ``inner`` frames further out."""
     if not _STATE["enabled"]:
         return None
-    return "".join(traceback.format_stack()[:-3])
+    return "".join(traceback.format_stack()[:-3 - inner])
 
 
 def check_backward(node, grads):

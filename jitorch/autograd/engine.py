@@ -32,7 +32,7 @@ from ..runtime.hooks import add_hook
 from ..runtime.strided import contiguous_strides, is_non_overlapping_and_dense
 from ..tensor import INFERENCE_VIEW, NO_GRAD_VIEW, view_refs
 from . import saved_hooks
-from .anomaly_mode import check_backward, forward_trace, warn_failure
+from .anomaly_mode import _STATE as anomaly_state, check_backward, forward_trace, warn_failure
 from .rule import EVERYTHING, Args, Unsaved, is_linearizing
 
 
@@ -69,11 +69,11 @@ class Node(NodeHooks):
     __slots__ = ("op", "args", "versions", "out", "next_functions", "input_specs", "freed", "hooks", "retained",
                  "pre_hooks", "post_hooks", "trace", "packed", "saving", "__weakref__")
 
-    def __init__(self, op, args, out, next_functions, input_specs):
+    def __init__(self, op, args, out, next_functions, input_specs, versions=(), saving=True):
         self.op = op
         self.args = args
         self.out = out
-        self.versions = ()                    # (saved tensor, its version counter then): see `_save`
+        self.versions = versions              # (saved tensor, its version counter then): see `_save`
         self.retained = {}                    # output index -> weakref of a tensor that retains its grad
         self.next_functions = next_functions  # per tensor input: (Node or AccumulateGrad or None, 0)
         self.input_specs = input_specs        # per tensor input: (schema position, list index, shape, dtype)
@@ -81,9 +81,9 @@ class Node(NodeHooks):
         self.hooks = {}                       # output index -> {id: hook(grad) -> grad or None} (register_hook)
         self.pre_hooks = None
         self.post_hooks = None
-        self.trace = forward_trace()          # the forward call's stack, under anomaly detection
+        self.trace = forward_trace() if anomaly_state["enabled"] else None  # the forward call's stack
         self.packed = False                   # its saved tensors went through saved_tensors_hooks (`_pack`)
-        self.saving = True                    # its rule reads an argument or result (`_save`): see `release`
+        self.saving = saving                  # its rule reads an argument or result (`_save`): see `release`
 
     def name(self):
         known = _NODE_NAMES.get(self.op.name)
@@ -308,6 +308,12 @@ def record(op, args, result, versions=None):
     """Attach a backward node to ``result`` (called after an op ran on tensors requiring grad).
     ``versions``: id -> version counter of inputs as they were before an in-place op wrote them."""
     Tensor = registry.Tensor
+    if versions is None and result.__class__ is Tensor:
+        fast = _FAST_RECORDERS.get(op, _UNBUILT)
+        if fast is _UNBUILT:
+            fast = _FAST_RECORDERS[op] = _fast_recorder(op)
+        if fast is not None:
+            return fast(args, result)
     if "nondifferentiable" in op.pieces:
         return result
     if op.attrs and _served_by_fallback(op, args):
@@ -358,6 +364,126 @@ def record(op, args, result, versions=None):
                     o._creation_meta = meta
         k += 1
     return result
+
+
+_FAST_RECORDERS: dict = {}  # op -> `_fast_recorder(op)`
+_UNBUILT = object()
+
+
+def recorder(op):
+    """``record(args, result)`` for ``op``'s out-of-place calls with one plain tensor result, without `record`'s
+    own frame: `_fast_recorder`'s function where it serves the op, else `record` itself."""
+    fast = _FAST_RECORDERS.get(op, _UNBUILT)
+    if fast is _UNBUILT:
+        fast = _FAST_RECORDERS[op] = _fast_recorder(op)
+    return fast if fast is not None else functools.partial(record, op)
+
+
+def _fast_recorder(op):
+    """`record` for the commonest call, built once per op: an op with a rule, no tensor-list argument and no
+    autograd fallback, that makes no view, called out of place with one tensor result. What the general
+    path works out per call from the schema and the rule (which arguments are tensors the rule
+    differentiates, which of them it reads given those that require grad, the names in `Unsaved`'s errors)
+    depends only on which arguments are tensors and which of those require grad (the call's pattern): each
+    pattern's recording is a function generated at its first call (`_record_plan`). None for an op this
+    does not serve."""
+    rule = op.pieces.get("derivative")
+    positions = op.tensor_positions
+    if (rule is None or "nondifferentiable" in op.pieces or op.view is not None or positions is None
+            or op.attrs.get("autograd_fallback") is not None):
+        return None
+    differentiable = frozenset(grad_args(op)[0])
+    # the pattern: per tensor position k, 1 << 2k where a tensor, and 2 << 2k where one the rule differentiates
+    # that requires grad
+    lines = ["def fast(args, result):",
+             "    if pieces.get('derivative') is not rule:  # (replaced since: a test's monkeypatch)",
+             "        return rebuilt(op, args, result)",
+             "    if not result.dtype.is_floating_point:", "        return result"]
+    for k, i in enumerate(positions):
+        present = 1 << 2 * k
+        if i in differentiable:
+            value = f"({3 * present} if t._requires_grad else {present})"
+        else:
+            value = str(present)
+        assign = "key =" if k == 0 else "key |="
+        lines += [f"    t = args[{i}]", f"    {assign} {value} if isinstance(t, Tensor) else 0"]
+    lines += ["    plan = plans.get(key)", "    if plan is None:",
+              "        plan = plans[key] = make_plan(op, rule, positions, differentiable, key)",
+              "    return result if plan is None else plan(args, result)"]
+    env = {"Tensor": registry.Tensor, "plans": {}, "make_plan": _record_plan, "op": op, "rule": rule,
+           "positions": positions, "differentiable": differentiable, "pieces": op.pieces, "rebuilt": _rebuilt}
+    return registry.define("\n".join(lines) + "\n", "fast", "record_" + op.name.replace(".", "_"),
+                           f"<jitorch record {op.name}>", env)
+
+
+def _rebuilt(op, args, result):
+    """`record` of a call of ``op`` whose rule was replaced since its `_fast_recorder` was built: built anew."""
+    _FAST_RECORDERS.pop(op, None)
+    return record(op, args, result)
+
+
+def _record_plan(op, rule, positions, differentiable, key):
+    """The function that records a node for `_fast_recorder`'s calls of ``op`` of pattern ``key`` as `record` and
+    `_save` do, straight-line: the edges and input specs of the differentiable tensors, the version counters of
+    the tensors the rule reads, `Unsaved` for the others and for the result unless the rule reads it. None
+    where no differentiable tensor requires grad (no node)."""
+    names = op.arg_names
+    present = [i for k, i in enumerate(positions) if key >> 2 * k & 1]
+    wanting = {i for k, i in enumerate(positions) if key >> 2 * k + 1 & 1}
+    if not wanting:
+        return None
+    saves = rule.saves({names[i] for i in wanting})
+    everything = saves is EVERYTHING
+    kept = [i for i in present if everything or names[i] in saves]
+    result_kept = everything or "result" in saves or "result0" in saves
+    lines = ["def plan(args, result):", "    args = args if args.__class__ is list else list(args)"]
+    lines += [f"    t{i} = args[{i}]" for i in present]
+    edges, specs = [], []
+    for i in present:
+        if i not in differentiable:
+            continue
+        specs.append(f"({i}, None, t{i}._shape, t{i}.dtype)")
+        if i in wanting:
+            lines += [f"    e{i} = t{i}.grad_fn", f"    d = t{i}.__dict__",
+                      f"    if e{i} is None or '_view_version' in d:", f"        e{i} = gradient_edge(t{i})",
+                      f"    e{i} = (e{i}, d.get('_output_nr', 0))"]
+            edges.append(f"e{i}")
+        else:
+            edges.append("(None, 0)")
+    versions = [f"(t{i}, t{i}._storage._version)" for i in kept] + ["(result, result._storage._version)"] * result_kept
+    lines += [f"    versions = [{', '.join(versions)}]"]
+    for i in present:
+        if i not in kept:
+            lines += _unsaved_lines(f"t{i}", f"args[{i}]", (op.name, names[i]))
+    if not result_kept:
+        lines += _unsaved_lines("result", "out", (op.name, "result"))
+    out = "result" if result_kept else "out"
+    lines += [f"    node = Node(op, args, {out}, ({''.join(e + ', ' for e in edges)}), "
+              f"({''.join(s + ', ' for s in specs)}), versions, {everything or bool(saves)})",
+              "    if anomaly['enabled']:",
+              "        node.trace = forward_trace(1)  # (the stack up to `record`'s caller, as the general path's)",
+              "    d = result.__dict__",
+              "    d['grad_fn'] = node",
+              "    result._requires_grad = True",
+              "    d['_output_nr'] = 0",
+              "    if open_hooks[0] and versions:",
+              "        pair = saved_hooks.active()",
+              "        if pair is not None:",
+              "            pack(node, pair, True)",
+              "    return result"]
+    env = {"Node": Node, "Unsaved": Unsaved, "new": object.__new__, "gradient_edge": gradient_edge, "op": op,
+           "anomaly": anomaly_state, "forward_trace": forward_trace, "open_hooks": saved_hooks.OPEN,
+           "saved_hooks": saved_hooks, "pack": _pack}
+    return registry.define("\n".join(lines) + "\n", "plan", f"record_{op.name.replace('.', '_')}_{key}",
+                           f"<jitorch record {op.name} {key}>", env)
+
+
+def _unsaved_lines(tensor, target, what):
+    """Lines that set ``target`` to `Unsaved` of ``tensor`` (names in a `_record_plan`), its ``__init__`` written
+    out: a call's frame cost as much as its stores."""
+    lines = [f"    u = new(Unsaved)"]
+    lines += [f"    u.{slot} = {tensor}.{attr}" for slot, attr in Unsaved.KEPT]
+    return lines + [f"    u.what = {what!r}", f"    {target} = u"]
 
 
 class UnimplementedNode(Node):
@@ -860,6 +986,16 @@ def _gives_gradient(node, rule):
     return predicate is None or node.freed or predicate(Args(node.op.schema, node.args, node.op.arg_names))
 
 
+_RULE_TRAITS: dict = {}  # op -> `_rule_traits(its rule)`
+
+
+def _rule_traits(rule):
+    """(``rule``, its backward or None, its `rule.only_if` predicate or None), looked up once per op."""
+    if rule is None:
+        return None, None, None
+    return rule, rule.backward, getattr(rule.backward, "gives_gradient", None)
+
+
 def _call_rule(node, grads, create_graph):
     """The rule of ``node``'s op on its outputs' gradients: per tensor input, its gradient summed
     down to the input's shape and dtype (or None). Runs in the grad mode the caller set."""
@@ -876,9 +1012,13 @@ def _call_rule(node, grads, create_graph):
             raise RuntimeError(_modified_message(node, t, version))
     op = node.op
     rule = op.pieces.get("derivative")
-    if rule is None:
+    traits = _RULE_TRAITS.get(op)
+    if traits is None or traits[0] is not rule:  # (a rule replaced since: a test's monkeypatch)
+        traits = _RULE_TRAITS[op] = _rule_traits(rule)
+    _, backward, predicate = traits
+    if backward is None:
         raise NotImplementedError(f"the derivative for '{op.name}' is not implemented")
-    if not _gives_gradient(node, rule):
+    if predicate is not None and not predicate(Args(op.schema, node.args, op.arg_names)):  # (`_gives_gradient`)
         return [None] * len(node.input_specs)
     args, out = node.args, node.out
     if node.packed:
@@ -888,15 +1028,15 @@ def _call_rule(node, grads, create_graph):
     if outs is None:
         g = grads[0]
     else:
-        needed = getattr(rule.backward, "grads_of", None)  # (`passes_gradient`)
+        needed = getattr(backward, "grads_of", None)  # (`passes_gradient`)
         if needed is not None and all(grads.get(k) is None for k in needed):
             return [None] * len(node.input_specs)
-        fill = not getattr(rule.backward, "undefined_grads", False)  # (`rule.undefined_grads`)
+        fill = not getattr(backward, "undefined_grads", False)  # (`rule.undefined_grads`)
         g = tuple(grads.get(k) if grads.get(k) is not None else
                   (registry.FUNCTIONS["zeros"](tuple(o.shape), dtype=o.dtype, device=o.device)
                    if fill and isinstance(o, (Tensor, Unsaved)) else None)
                   for k, o in enumerate(outs))
-    result = rule.backward(g, Args(op.schema, args, op.arg_names), out)
+    result = backward(g, Args(op.schema, args, op.arg_names), out)
     names = op.arg_names
     out = []
     for (pos, j, shape, dtype) in node.input_specs:
@@ -1056,16 +1196,19 @@ def _run(roots, root_grads, retain_graph, create_graph, capture, accumulate):
                 continue
         if node.pre_hooks:  # after tensor hooks, retain_grad and capture, as torch's engine
             grads = _run_pre_hooks(node, grads)
-        if any(g is not None for g in grads.values()):
-            try:
-                if _profiling.RECORDER is None:
-                    input_grads = node.apply(grads, create_graph)
-                else:
-                    input_grads = _profiling.RECORDER.backward(node, lambda: node.apply(grads, create_graph))
-                check_backward(node, input_grads)
-            except Exception:
-                warn_failure(node)
-                raise
+        for g in grads.values():
+            if g is not None:
+                try:
+                    if _profiling.RECORDER is None:
+                        input_grads = node.apply(grads, create_graph)
+                    else:
+                        input_grads = _profiling.RECORDER.backward(node, lambda: node.apply(grads, create_graph))
+                    if anomaly_state["enabled"]:
+                        check_backward(node, input_grads)
+                except Exception:
+                    warn_failure(node)
+                    raise
+                break
         else:  # reachable, but the rules upstream gave it no gradient (expand_as's ``other``): nothing to pass on
             input_grads = [None] * len(node.next_functions)
         if node.post_hooks:

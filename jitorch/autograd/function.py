@@ -89,7 +89,8 @@ class FunctionNode(NodeHooks):
         self.also_checked = ()  # (tensor, version) of what torch's node of the op saves too (`engine.saves_also`)
 
     def name(self):
-        return f"{self.cls.__name__}Backward"
+        # (a function of jitorch's own that stands for one of torch's ops names its node as torch's: ``_node_name``)
+        return self.cls.__dict__.get("_node_name") or f"{self.cls.__name__}Backward"
 
     @property
     def num_outputs(self):

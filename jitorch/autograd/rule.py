@@ -165,6 +165,9 @@ class Unsaved:
     more than it declares, which would miss the version check: an error, never a stale value."""
 
     __slots__ = ("shape", "_stride", "_offset", "dtype", "device", "requires_grad", "what")
+    # (slot, the tensor's attribute it keeps): the engine's generated recorders write __init__ out from it
+    KEPT = (("shape", "shape"), ("_stride", "_stride"), ("_offset", "_offset"), ("dtype", "dtype"),
+            ("device", "device"), ("requires_grad", "_requires_grad"))
 
     def __init__(self, t, what):
         self.shape = t.shape

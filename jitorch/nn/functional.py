@@ -2900,7 +2900,10 @@ class _PickedLoss(jt.autograd.Function):
     values are the composition's bits: the forward's pick and negation are exact (one NumPy selection here), its
     sum and mean the same ops; the backward's the rules' in their order (the mean's ``g / n`` by the same op,
     negated, added into zeros at each target's class as gather's rule adds: ``0 + -g``, +0.0 for a -0.0). Like
-    torch's node it saves the input and the targets (a later in-place write into either fails the backward)."""
+    torch's node it saves the input and the targets (a later in-place write into either fails the backward), and
+    its node has torch's name."""
+
+    _node_name = "NllLossBackward0"
 
     @staticmethod
     def forward(ctx, input, target, reduction):

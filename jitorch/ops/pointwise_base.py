@@ -229,10 +229,25 @@ def _in_torch_order(r, operands):
     (`iterator_strides`): NumPy keeps the one dense layout all operands share, as torch does, but not the
     strides of size-1 dims."""
     shape = r._shape
-    tensors = [(a._shape, a._stride) for a in operands if isinstance(a, registry.Tensor)]
-    same_shape = len(tensors) == len(operands) and all(s == shape for s, _ in tensors)
-    strides = iterator_strides(shape, tensors, same_shape) or contiguous_strides_cached(shape)
+    tensors = tuple([(a._shape, a._stride) for a in operands if isinstance(a, registry.Tensor)])
+    key = (shape, tensors, len(tensors) == len(operands))
+    try:
+        strides = _TORCH_ORDER.get(key)
+    except TypeError:  # (strides held in a list)
+        strides = key = None
+    if strides is None:
+        same_shape = len(tensors) == len(operands) and all(s == shape for s, _ in tensors)
+        strides = iterator_strides(shape, tensors, same_shape) or contiguous_strides_cached(shape)
+        if key is not None:
+            if len(_TORCH_ORDER) >= 1024:
+                _TORCH_ORDER.clear()
+            _TORCH_ORDER[key] = strides
     return r if r._stride == strides else registry.laid_out(r, strides)
+
+
+# (result shape, operands' (shape, strides), whether all operands are tensors) -> `_in_torch_order`'s strides: a
+# broadcast gradient (a sum's backward, ``expand(...) * y``) asked the general order each call, 5 us of 9
+_TORCH_ORDER: dict = {}
 
 
 def split_ufunc(ufunc, vals, out_np):
@@ -387,14 +402,13 @@ def _fast_path(op, formula, promotion, positions, others, check, plain, defaults
     without ``into`` (``flat_into``: also for ops whose plain call is not a ufunc).
 
     ``fast_pair(method, general) -> operator``: the method of the op's Python operator (``x + y``), written
-    flat for its commonest case, two CPU tensors of one shape, dtype and contiguous layout that need no
-    backward node, whose result is the operands' layout: no test that case passes, one frame; other
+    flat for its commonest case, two CPU tensors of one shape, dtype and contiguous layout, whose result is the
+    operands' layout (and, on tensors that require grad in grad mode, its backward node): one frame; other
     tensors of the same class go on to ``fast``, then to ``general(x, y)`` (the op's function), and any
     other call to ``method(x, y)`` (the operator's own). None for ops that take other than two operands.
 
     ``fast_one(x) -> Tensor | None``: ``fast((x,))`` of an op whose one argument is its operand (``relu``,
-    ``exp``), written flat in the same way for a contiguous CPU tensor that needs no backward node. None for
-    other ops.
+    ``exp``), written flat in the same way for a contiguous CPU tensor. None for other ops.
 
     The op's ``check`` runs first, given the spec of the result (shape None: a check reads dtypes) and the
     arguments as the caller passed them; NumPy scalars and the like then fail the dtype test of `finish`.
@@ -894,20 +908,24 @@ def _fast_path(op, formula, promotion, positions, others, check, plain, defaults
         ``method`` for what `flat` does not serve (an operand of another class, a dispatch hook or autocast
         on) and the op's ``general`` function for what neither shortcut serves: the operator's checks and
         `flat` in one frame, the commonest binary call's."""
+        recorder = [None]  # (`AUTOGRAD.recorder(op)`, at the first call that records)
+
         def flat(x, y=None):
             if method is not None and (y.__class__ is not x.__class__ or hooks or autocast.key is not None):
                 return method(x, y)
             Tensor = registry.Tensor
             if isinstance(x, Tensor):
                 dtype, shape, xa = x.dtype, x._shape, x._arr
-                if (dtype in fast_dtypes and x.device is cpu and xa is not None and not x._requires_grad
+                if (dtype in fast_dtypes and x.device is cpu and xa is not None
                         and x._stride == contiguous.get(shape)):
+                    grad = x._requires_grad
                     if y is None:
                         if not unchecked and dtype not in passing:
                             check(specs[dtype], x)
                         ya = None
                     elif (y.dtype is dtype and y._shape == shape and y.device is cpu and y._arr is not None
-                            and not y._requires_grad and y._stride == x._stride):  # (y: a tensor, as x)
+                            and y._stride == x._stride):  # (y: a tensor, as x)
+                        grad = grad or y._requires_grad
                         if not pair_unchecked and dtype not in passing:
                             check(specs[dtype], x, y, *defaults)
                         ya = y._arr
@@ -937,7 +955,15 @@ def _fast_path(op, formula, promotion, positions, others, check, plain, defaults
                     # the tests, each a NumPy attribute made); another formula's is tested
                     if r.dtype is out.np and (ufunc_result or r.shape == shape and
                                               (ya is not None or r.flags.c_contiguous)):
-                        return Tensor._fresh(r, out, shape, x._stride)
+                        r = Tensor._fresh(r, out, shape, x._stride)
+                        # (recorded here, not through `fast`: its general operands and call cost a recorded
+                        # ``x * y`` 2 us, as much as the node; tensors and the defaults are converted already)
+                        if grad and records_grad():
+                            record = recorder[0]
+                            if record is None:
+                                record = recorder[0] = registry.AUTOGRAD.recorder(op)
+                            return record([x, *defaults] if ya is None else [x, y, *defaults], r)
+                        return r
             r = fast((x,) if y is None else (x, y))
             return r if r is not None or general is None else general(x, y)
         return flat

@@ -33,9 +33,10 @@ def test_a_cross_entropy_records_two_nodes_as_torch():
     x = jt.randn(8, 5, requires_grad=True)
     loss = F.cross_entropy(x, jt.randint(0, 5, (8,)))
     names = _nodes(loss)
-    assert names == ["_PickedLossBackward", "LogSoftmaxBackward0", "torch::autograd::AccumulateGrad"], names
+    assert names == ["NllLossBackward0", "LogSoftmaxBackward0", "torch::autograd::AccumulateGrad"], names
     reference = torch.tensor(x.detach().numpy(), requires_grad=True)
-    assert len(_torch_nodes(torch.nn.functional.cross_entropy(reference, torch.zeros(8, dtype=torch.long)))) == 3
+    torch_nodes = _torch_nodes(torch.nn.functional.cross_entropy(reference, torch.zeros(8, dtype=torch.long)))
+    assert sorted(n.name() for n in torch_nodes) == sorted(names)  # (session 55: the pick's node has torch's name)
 
 
 def _torch_nodes(t):
@@ -58,9 +59,9 @@ def test_the_pick_gives_the_compositions_bits_and_torchs_values(shape, reduction
     target = jt.tensor(rng.integers(0, classes, shape[:-1]), dtype=jt.int64)
     x, y = jt.tensor(data, requires_grad=True), jt.tensor(data, requires_grad=True)
     fused = F.nll_loss(x, target, reduction=reduction)
-    assert fused.grad_fn.name() == "_PickedLossBackward"
+    assert fused.grad_fn.name() == "NllLossBackward0"
     composed = F._picked_loss(y, target, reduction)
-    assert composed.grad_fn.name() != "_PickedLossBackward"
+    assert composed.grad_fn.name() != "NllLossBackward0"
     seed = jt.tensor(rng.standard_normal(fused.shape).astype(dtype.np))
     fused.backward(seed)
     composed.backward(seed)

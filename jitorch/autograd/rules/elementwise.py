@@ -18,7 +18,13 @@ from __future__ import annotations
 import math
 from numbers import Number
 
+import numpy as np
+
 from ...ops import functions as jt
+from ...ops import registry
+from ...ops.pointwise import _where_formula
+from ...runtime import fp_errors
+from ...runtime.grad_mode import is_grad_enabled
 from ...runtime import dtypes as _dt
 from ...runtime.dtypes import result_type
 from ...ops.pointwise import mvlgamma_shifts
@@ -37,6 +43,24 @@ def _times(g, c):
 
 
 # Unary ops: (names, what d reads, d(g, x, out)) ----------------------------------------------------
+
+def _relu_backward(g, y):
+    """``where(y <= 0, 0, g)``, torch's threshold_backward (a NaN passes): on plain CPU float tensors of one shape, y
+    contiguous and g contiguous or one broadcast value (a sum's gradient), in a backward that records nothing and
+    that no hook takes, NumPy's selection of the same bits, laid out as the ops lay it out (contiguous), without
+    their dispatch (a third of a small ReLU's backward); otherwise the ops."""
+    if (y.__class__ is registry.Tensor and g.__class__ is registry.Tensor and g.dtype is y.dtype
+            and y.dtype in _PLAIN and g._shape == y._shape and y.device.type == "cpu" and g.device.type == "cpu"
+            and y._storage._data is not None and g._storage._data is not None and y.is_contiguous()
+            and (g.is_contiguous() or not any(g._stride)) and not is_grad_enabled() and _AUTOCAST.key is None
+            and not (registry.DISPATCH_HOOKS and registry.hooks_take_calls())):
+        out = fp_errors.silenced(_where_formula, np.less_equal(y._array(), 0), 0, g._array())
+        return registry.Tensor._fresh(np.ascontiguousarray(out), g.dtype)
+    return jt.where(y <= 0, 0, g)
+
+
+_PLAIN = (_dt.float32, _dt.float64)
+_AUTOCAST = registry._AUTOCAST_STATE
 
 _UNARY = (
     ("abs", "self", lambda g, x, y: g * x.sign()),
@@ -69,7 +93,7 @@ _UNARY = (
     ("erfc", "self", lambda g, x, y: (-x * x).exp() * -_TWO_OVER_SQRT_PI * g),
     ("_normal_cdf", "self", lambda g, x, y: jt._normal_pdf(x) * g),
     ("_normal_pdf", "self", lambda g, x, y: -x * jt._normal_pdf(x) * g),
-    ("relu", "result", lambda g, x, y: jt.where(y <= 0, 0, g)),  # NaN passes, as torch's threshold_backward
+    ("relu", "result", lambda g, x, y: _relu_backward(g, y)),
     ("frac", "", lambda g, x, y: g),
 )
 for _names, _reads, _d in _UNARY:
