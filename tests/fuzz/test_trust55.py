@@ -7,6 +7,8 @@ import warnings
 import numpy as np
 import pytest
 
+import torch
+
 import jitorch
 from tests.fuzz.generator import EDGE_KINDS, generate
 from tests.fuzz.models import DOUBLE_BACKWARD, check_model, generate_model, model_source
@@ -64,3 +66,18 @@ def test_models_gradient_penalty_by_autograd_grad_through_a_compiled_call_raises
     outcome = check_model(program)
     assert outcome.mismatches == []
     assert DOUBLE_BACKWARD in outcome.runs["compiled"].error and not outcome.runs["torch"].error
+
+
+def test_edges_never_calls_median_over_a_dim_where_an_input_is_expanded_seed_5560417():
+    """Fuzz seed 5560417 of ``--edges 0.5``: ``T.median(x2, 0)[0]`` of an int16 input laid out expanded in the second
+    call; torch's median over a dim of an expanded tensor returns values no element holds (5 for a column of -1s,
+    docs/differences-from-torch.md), jitorch's is the median of the values, torch's on a contiguous copy. An oracle
+    issue, not jitorch's: such programs no longer call median or nanmedian (`generator.TORCH_WRONG_ON_EXPANDED`)."""
+    row = [[1, -1, 5, 2]]
+    got = jitorch.median(jitorch.tensor(row, dtype=jitorch.int16).expand(3, 4), 0)[0]
+    want = torch.median(torch.tensor(row, dtype=torch.int16).expand(3, 4).contiguous(), 0)[0]
+    assert got.tolist() == want.tolist() == row[0]
+    program, g = generate(5560417, 14, edges=0.5)
+    assert any("expanded" in call for call in program.layouts) and g.expanded_inputs
+    assert not any(tag.startswith(("median", "nanmedian")) for tag in g.accepted)
+    assert check(program, CPU_MODES).mismatches == []
