@@ -1227,17 +1227,23 @@ class Generator:
         rng = np.random.default_rng(self.rng.randrange(1 << 30))
         return literal(rng.integers(0, 10, size=shape), dtype)
 
+    def condition(self, tensors, threshold=None):
+        """A bool variable's reference, or else an exact variable compared with ``threshold`` (a drawn number when
+        None); None where there is neither."""
+        cond = self.pick(tensors, lambda v: v.dtype == "bool")
+        if cond is not None:
+            return cond.ref
+        base = self.pick(tensors, lambda v: v.facts.exact)
+        if base is None:
+            return None
+        self.reading_exact.add(base.facts.group)
+        return f"({base.ref} > {self.number() if threshold is None else threshold})"
+
     def _edge_where_scalars(self, env, tensors):
         r = self.rng
-        cond = self.pick(tensors, lambda v: v.dtype == "bool")
+        cond = self.condition(tensors)
         if cond is None:
-            src = self.pick(tensors, lambda v: v.facts.exact)
-            if src is None:
-                return None
-            self.reading_exact.add(src.facts.group)
-            cond = f"({src.ref} > {self.number()})"
-        else:
-            cond = cond.ref
+            return None
         scalars = ("1", "-2", "0.5", "-1.5", "True", "float('inf')", "300")
         x = self.pick(tensors, lambda v: v.facts.exact)
         options = [(r.choice(scalars), r.choice(scalars))]
@@ -1936,15 +1942,9 @@ def _hint_masked_fill(g, env, tensors, v, entry):
 
 
 def _hint_where(g, env, tensors, v, entry):
-    cond = g.pick(tensors, lambda m: m.dtype == "bool")
-    if cond is None:
-        base = g.pick(tensors, lambda m: m.facts.exact)
-        if base is None:
-            return None
-        g.reading_exact.add(base.facts.group)
-        cond_ref = f"({base.ref} > 0)"
-    else:
-        cond_ref = cond.ref
+    cond_ref = g.condition(tensors, "0")
+    if cond_ref is None:
+        return None
     other, exact = g.partner(env, tensors, v)
     return [cond_ref, v.ref, other], {}, exact and v.facts.exact
 
