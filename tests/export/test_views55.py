@@ -1,6 +1,9 @@
 """Exported programs whose outputs view an input exported on an expanded (stride 0) example (trust55)."""
 
+import pytest
+
 import jitorch
+from jitorch.export import ExportError
 
 
 def _round_trip(fn, args, tmp_path):
@@ -43,3 +46,27 @@ def test_a_view_of_an_input_exported_expanded_has_eagers_values_in_another_layou
     plain = jitorch.tensor([1, 2, 3], dtype=jitorch.int16)
     view, bumped = program(plain)
     assert view.tolist() == [[1, 2, 3]] * 2 and bumped.tolist() == [2, 3, 4]
+
+
+def _write_row(x):
+    x[:, -4] = 0.25
+    return x * 2
+
+
+def test_an_exported_program_refuses_to_write_into_an_input_called_expanded_seed_5580745(tmp_path):
+    # (its write-back is the input's whole new value, which over memory the rows share left the unwritten rows' old
+    # values where eager's write shows in every row; fuzz seed 5580745 of --export --edges 0.4)
+    program = _round_trip(_write_row, (jitorch.arange(20.0).reshape(1, 4, 5),), tmp_path)
+    assert program.graph.mutations
+    base = jitorch.arange(5.0).reshape(1, 1, 5)
+    with pytest.raises(RuntimeError, match=r"writes into input 0 \(\[1, 4, 5\]\), which is expanded"):
+        program(base.expand(1, 4, 5))
+    assert base.tolist() == [[[0.0, 1.0, 2.0, 3.0, 4.0]]]  # (refused before any write)
+    x = jitorch.arange(20.0).reshape(1, 4, 5)
+    assert program(x)[0, 0].tolist() == [0.5] * 5 and x[0, 0].tolist() == [0.25] * 5
+
+
+def test_exporting_a_write_into_an_expanded_example_raises_seed_5580760():
+    # (the graph wrote on the example's shared memory: called on a plain input, x[-1] = -1 wrote every element)
+    with pytest.raises(ExportError, match=r"writes into input 0 \(\[1, 4, 5\]\), expanded \(strides \[5, 0, 1\]\)"):
+        jitorch.export(_write_row, (jitorch.arange(5.0).reshape(1, 1, 5).expand(1, 4, 5),))
