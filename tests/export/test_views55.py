@@ -4,16 +4,7 @@ import pytest
 
 import jitorch
 from jitorch.export import ExportError
-
-
-def _round_trip(fn, args, tmp_path):
-    path = tmp_path / "program.jitorch"
-    jitorch.export(fn, args).save(path)
-    return jitorch.load(path)
-
-
-def _shares(a, b):
-    return a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr()
+from tests.export.helpers import round_trip, shares
 
 
 def test_exporting_a_view_of_an_expanded_input_does_not_divide_by_its_stride_0_seed_5580050(tmp_path):
@@ -24,13 +15,13 @@ def test_exporting_a_view_of_an_expanded_input_does_not_divide_by_its_stride_0_s
 
     x0 = jitorch.tensor(1.5)
     expanded = jitorch.tensor([3], dtype=jitorch.uint8).expand(2)
-    program = _round_trip(fn, (x0, expanded), tmp_path)
+    program = round_trip(fn, (x0, expanded), tmp_path)
     plain = jitorch.tensor([3, 4], dtype=jitorch.uint8)
     for x1 in (expanded, plain):
         empty, itself, doubled = program(x0, x1)
         assert empty.shape == (0,) and doubled.item() == 3.0
         # (the input itself is the caller's tensor in any layout, as eager's: seed 5580144)
-        assert itself.tolist() == x1.tolist() and _shares(itself, x1) and itself.stride() == x1.stride()
+        assert itself.tolist() == x1.tolist() and shares(itself, x1) and itself.stride() == x1.stride()
 
 
 def test_a_view_of_an_input_exported_expanded_has_eagers_values_in_another_layout_seed_5580146(tmp_path):
@@ -40,9 +31,9 @@ def test_a_view_of_an_input_exported_expanded_has_eagers_values_in_another_layou
         return x.expand(2, 3), x + 1
 
     expanded = jitorch.tensor([5], dtype=jitorch.int16).expand(3)
-    program = _round_trip(fn, (expanded,), tmp_path)
+    program = round_trip(fn, (expanded,), tmp_path)
     view, _ = program(expanded)
-    assert view.tolist() == [[5] * 3] * 2 and _shares(view, expanded) and view.stride() == (0, 0)
+    assert view.tolist() == [[5] * 3] * 2 and shares(view, expanded) and view.stride() == (0, 0)
     plain = jitorch.tensor([1, 2, 3], dtype=jitorch.int16)
     view, bumped = program(plain)
     assert view.tolist() == [[1, 2, 3]] * 2 and bumped.tolist() == [2, 3, 4]
@@ -56,7 +47,7 @@ def _write_row(x):
 def test_an_exported_program_refuses_to_write_into_an_input_called_expanded_seed_5580745(tmp_path):
     # (its write-back is the input's whole new value, which over memory the rows share left the unwritten rows' old
     # values where eager's write shows in every row; fuzz seed 5580745 of --export --edges 0.4)
-    program = _round_trip(_write_row, (jitorch.arange(20.0).reshape(1, 4, 5),), tmp_path)
+    program = round_trip(_write_row, (jitorch.arange(20.0).reshape(1, 4, 5),), tmp_path)
     assert program.graph.mutations
     base = jitorch.arange(5.0).reshape(1, 1, 5)
     with pytest.raises(RuntimeError, match=r"writes into input 0 \(\[1, 4, 5\]\), which is expanded"):
