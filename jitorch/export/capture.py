@@ -11,7 +11,7 @@ from . import dynamic
 from .errors import ExportError
 from .graphs import check_generators, copy_graph, rename_constants
 from .signature import DimRange, LeafSpec, Signature, TreeSignature
-from .views import input_views
+from .views import input_views, written_expanded
 
 
 def export(fn, args, kwargs=None, dynamic_shapes=None):
@@ -40,6 +40,13 @@ def export(fn, args, kwargs=None, dynamic_shapes=None):
     rename_constants(base, module_tensor_names(fn))
     leaves, tree = tree_flatten((args, kwargs))
     _check_geometry_kept(base, leaves)
+    examples = [leaf for leaf in leaves if isinstance(leaf, Tensor)]
+    written = written_expanded(base, examples)
+    if written is not None:
+        raise ExportError(f"the function writes into input {written} ({list(examples[written].shape)}), expanded "
+                          f"(strides {list(examples[written].stride())}): an exported program's write-back is the "
+                          f"input's whole value, which other layouts do not share as the example does; export on a "
+                          f"clone")
     names = input_names(target, args, kwargs)
     if len(names) != len(leaves):
         names = [f"arg{i}" for i in range(len(leaves))]
@@ -51,7 +58,6 @@ def export(fn, args, kwargs=None, dynamic_shapes=None):
     signature = Signature(inputs, outputs, {d.name: d for d in dims.values()})
     constants = {name: t.detach().clone() for name, t in base.constant_tensors.items()}
     base.constant_tensors = constants
-    examples = [leaf for leaf in leaves if isinstance(leaf, Tensor)]
     return ExportedProgram(copy_graph(base), signature, constants, params, views=input_views(base, examples))
 
 

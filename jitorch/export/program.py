@@ -16,7 +16,7 @@ from .dynamic import Param, apply_params
 from .errors import ExportError
 from .graphs import copy_graph, graph_from_text, retype
 from .signature import Signature, dim_size, same_value
-from .views import viewed, views_from_json, views_to_json
+from .views import viewed, views_from_json, views_to_json, written_expanded
 
 # Specialisations (one per set of symbolic sizes) kept compiled per program.
 MAX_SPECIALISATIONS = 8
@@ -46,6 +46,12 @@ class ExportedProgram:
 
     def __call__(self, *args, **kwargs):
         tensors, sizes = self.signature.bind(args, kwargs)
+        written = written_expanded(self.graph, tensors) if self.graph.mutations else None
+        if written is not None:  # (raised before any write, as eager's refusals)
+            raise RuntimeError(f"the exported program writes into input {written} "
+                               f"({list(tensors[written].shape)}), which is expanded (strides "
+                               f"{list(tensors[written].stride())}): its write-back of the whole value cannot write "
+                               f"memory the input's elements share; pass a clone")
         result = tree_flatten(self.specialise(sizes).run(tensors))[0]
         if self.views:  # (after the call's writes into its inputs, which such a view shows)
             result = viewed(result, tensors, self.views)

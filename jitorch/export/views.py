@@ -28,12 +28,15 @@ def input_views(graph, examples):
         if not isinstance(owner, int):
             continue
         example = examples[owner]
-        if geometry is None:
+        whole = geometry is None
+        if whole:
             geometry = (tuple(example.shape), tuple(example.stride()), 0, False)
         shape, strides, offset, history = geometry
         if not isinstance(history, tuple):
-            views[k] = InputView(owner, tuple(example.stride()), tuple(strides), offset,
-                                 index_view(example, shape, strides, offset))
+            # (the input itself is every index once, whatever the example's strides: an expanded one's too)
+            index = (tuple(tuple(int(d == i) for d in range(example.ndim)) for i in range(example.ndim)),
+                     (0,) * example.ndim) if whole else index_view(example, shape, strides, offset)
+            views[k] = InputView(owner, tuple(example.stride()), tuple(strides), offset, index)
     return views
 
 
@@ -57,9 +60,14 @@ def index_view(t, shape, strides, offset):
     """A strided view (``shape``, ``strides``, ``offset`` from ``t``'s own) of ``t``'s memory as steps over ``t``'s
     indices: (per view dim, the index step in each of ``t``'s dims; the index of the view's first element), or None
     where the view holds an element outside ``t``'s."""
+    if any(n == 0 for n in shape) or expanded(t):
+        # (an empty view addresses nothing; over an expanded example each element's memory is several indices', so no
+        # steps say which: fuzz seed 5580050 of ``--export --edges 0.4``, ``x1[5:]`` of an expanded ``x1``, divided
+        # by its stride 0)
+        return None
     order = sorted((d for d, n in enumerate(t.shape) if n > 1), key=lambda d: -t.stride()[d])
     start = _unravel(offset, order, t)
-    if start is None or any(n == 0 for n in shape):
+    if start is None:
         return None
     reach = list(start)
     steps = []
@@ -84,6 +92,23 @@ def _unravel(position, order, t):
     for d in order:
         index[d], position = divmod(position, t.stride()[d])
     return index if position == 0 else None
+
+
+def expanded(t):
+    """Whether ``t``'s elements share memory through a stride-0 dim (an expanded tensor's)."""
+    return any(n > 1 and s == 0 for n, s in zip(t.shape, t.stride()))
+
+
+def written_expanded(graph, tensors):
+    """The position among ``tensors`` (the graph's inputs, in order) of the first one the graph writes into that is
+    expanded, or None. A graph's write-back is the input's whole new value, which over shared memory is not eager's
+    element by element write (fuzz seeds 5580745 and 5580760 of ``--export --edges 0.4``: ``x2[:, -4] = 0.25``)."""
+    positions = {v: i for i, v in enumerate(graph.inputs)}
+    for target, _ in graph.mutations:
+        i = positions.get(target)
+        if i is not None and expanded(tensors[i]):
+            return i
+    return None
 
 
 def viewed(leaves, inputs, views):

@@ -8,6 +8,7 @@ import weakref
 from typing import NamedTuple
 
 from ..autograd import saved_hooks
+from ..autograd.engine import gradient_edge
 from ..autograd.function import Function
 from ..ops.random_ops import Generator, generator_states, replaying_generators
 from ..runtime.grad_mode import is_grad_enabled, no_grad
@@ -28,7 +29,7 @@ class CompiledCall(Function):
         ctx.n = n
         inputs = list(tensors[:n])
         if entry.split is not None:
-            return _forward_split(ctx, entry, inputs)
+            return _forward_split(ctx, entry, inputs, tensors)
         # the backward recomputes the forward: its random ops must draw what this call draws
         ctx.generators = generator_states(g for g in entry.graph.objects.values() if isinstance(g, Generator))
         result = entry.executable.run(inputs) if entry.executable is not None else compiled._run_interpreted(
@@ -86,7 +87,7 @@ class SplitCall(NamedTuple):
     checked_outputs: tuple = ()  # positions among the outputs (a cumprod's result, which eager's node saves)
 
 
-def _forward_split(ctx, entry, inputs):
+def _forward_split(ctx, entry, inputs, tensors):
     split = entry.split
     result = split.forward.run(inputs)
     n_saved = split.saved
@@ -99,6 +100,9 @@ def _forward_split(ctx, entry, inputs):
                           *[outs[k] for k in split.checked_outputs])
     ctx.captured = len(captured)
     ctx.needs_grad = [t.requires_grad for t in inputs]
+    # where the node's gradients go (the edges its own node will have): a double backward must find its raising node
+    # on the way to them, as the backward graph may read none of them (`_without_double_backward`)
+    ctx.edges = tuple((gradient_edge(t), getattr(t, "_output_nr", 0)) for t in tensors if t.requires_grad)
     ctx.unreached = _unreached(entry.graph, len(inputs))
     flags = entry.graph.output_requires_grad
     if flags is not None:
@@ -114,15 +118,17 @@ def _backward_split(ctx, grads):
     args = [t.contiguous() for t in saved[:k]] + list(saved[k + ctx.captured:end]) + [g.contiguous() for g in grads]
     gradients = split.backward.run(args)
     if is_grad_enabled():  # (backward(create_graph=True)): the graph computed the gradients without history
-        gradients = _without_double_backward(gradients, [*saved, *grads])
+        gradients = _without_double_backward(gradients, [*saved, *grads], ctx.edges)
     return _node_grads(ctx, ctx.needs_grad, gradients)
 
 
-def _without_double_backward(gradients, read):
+def _without_double_backward(gradients, read, edges=()):
     """The backward graph's (or compiled vector-Jacobian product's) ``gradients`` given a history whose backward raises, as torch.compile's
     (AOTAutograd's) do, where a tensor the backward ``read`` requires grad (torch's test): differentiating
     them again would otherwise see constants and silently give no second-order term (a gradient penalty
-    added to a loss would move nothing)."""
+    added to a loss would move nothing). ``edges``: the call's own node's edges (to its inputs and parameters), which
+    the raising node takes too, so that ``autograd.grad(penalty, x)`` reaches it: an engine asked for ``x``'s gradient
+    runs only the nodes on a way to ``x``."""
     positions = [i for i, g in enumerate(gradients) if isinstance(g, Tensor)]
     if not positions:
         return gradients
@@ -131,7 +137,10 @@ def _without_double_backward(gradients, read):
     # second-order term (d/dx of exp(x)'s gradient squared: tests/fuzz/test_fuzz47_models.py)
     anchors = [t for t in read if isinstance(t, Tensor) and t.requires_grad] or \
         [gradients[positions[0]].new_zeros(()).requires_grad_()]
-    marked = iter(_NoDoubleBackward.apply(len(positions), *[gradients[i] for i in positions], *anchors))
+    marked = _NoDoubleBackward.apply(len(positions), *[gradients[i] for i in positions], *anchors)
+    # (only the way to them matters: the node raises before it would pass a gradient along them)
+    marked[0].grad_fn.next_functions += edges
+    marked = iter(marked)
     return [next(marked) if isinstance(g, Tensor) else g for g in gradients]
 
 

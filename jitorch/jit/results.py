@@ -8,6 +8,7 @@ from __future__ import annotations
 from ..ops.real_identities import untracked
 from ..runtime import grad_mode as _grad_mode
 from ..runtime.pytree import tree_flatten, tree_unflatten
+from ..runtime.strided import contiguous_strides
 from ..tensor import Tensor
 from .tracer import ALIAS, CUT, UNSAFE_SPLIT, VIEW_OF_UNSAFE_SPLIT
 
@@ -98,12 +99,24 @@ def returned_aliases(graph, inputs, outputs):
             continue
         if isinstance(owner, tuple):
             if owner[1] not in bases:  # views count from a contiguous base (made once for all of its leaves)
-                bases[owner[1]] = computed[owner[1]].contiguous()
+                bases[owner[1]] = _contiguous_base(computed[owner[1]])
             real = bases[owner[1]]
         else:
             real = inputs[owner] if isinstance(owner, int) else graph.constant_tensors[owner]
         leaves[k] = real if geometry is None else returned_view(real, geometry, pieces)
     return tree_unflatten(leaves, spec)
+
+
+def _contiguous_base(t):
+    """``t`` contiguous, an empty one with contiguous strides too: ``contiguous()`` keeps an empty tensor's strides
+    (torch's test finds any empty tensor contiguous), and the interpreter's kernels give an empty result the strides
+    of their operands' order (``minimum`` of a ``[1, 0, 1, 3]`` slice: (0, 3, 0, 1)), where eager wrote into an
+    ``out=`` buffer of contiguous ones (fuzz seed 5200262 of ``--regions 0.3``). The base is memory the call made,
+    which no other tensor sees."""
+    base = t.contiguous()
+    if not base.numel():
+        base._stride, base._arr = contiguous_strides(base._shape), None
+    return base
 
 
 def _pieces_first(item):

@@ -610,10 +610,13 @@ class Tracer:
         state = None
         fakes = self.fake_args(op, args)
         grad = autograd is not None and autograd.needs_grad(op, fakes)
-        if registry.expanded_write(op, fake) is not None and (grad or op.attrs.get("expanded_warning")):
+        write = registry.expanded_write(op, fake)
+        if write is not None and (grad or write is not registry.write_all):
             # torch writes these element by element into the shared memory (`registry.write_inplace`), where the
-            # last write to a location holds it, which a graph's scatter of the whole result does not order; with
-            # history, a backward raises (`autograd.engine.ExpandedWriteNode`)
+            # last write to a location holds it, which a graph's scatter of the whole result does not order (only
+            # fill_'s and zero_'s, which write every element alike, come out the same; fill_diagonal_'s, which warns
+            # of nothing, wrote the rows' unfilled elements over the diagonal: trust55); with history, a backward
+            # raises (`autograd.engine.ExpandedWriteNode`)
             raise TraceError(f"{op.public_name}_ writes into an expanded tensor of shape {list(fake.shape)} and "
                              f"strides {list(fake._stride)}, which a graph does not do as eagerly")
         if grad:

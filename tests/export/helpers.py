@@ -94,3 +94,15 @@ def object_calling(name, callee):
     parsed = llvm.parse_assembly(str(module))
     parsed.triple = machine.triple
     return machine.target_machine(opt=0, codemodel="jitdefault").emit_object(parsed)
+
+
+def round_trip(fn, args, tmp_path):
+    """``fn`` exported on ``args``, saved to a file and loaded back."""
+    path = tmp_path / "program.jitorch"
+    jt.export(fn, args).save(path)
+    return jt.load(path)
+
+
+def shares(a, b):
+    """Whether ``a`` and ``b`` lie in one storage."""
+    return a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr()

@@ -1,6 +1,6 @@
 """The fuzzer's long mode: ``python -m tests.fuzz --hours 1 [--cuda] [--start SEED] [--chains SHARE] [--statements N]
 [--programs N] [--namespaced] [--out-views SHARE] [--losses SHARE] [--nets SHARE] [--convs SHARE] [--regions SHARE]
-[--reach] [--export] [--warm N]
+[--edges SHARE] [--reach] [--export] [--warm N]
 [--report FILE]``.
 
 Generates and checks programs from consecutive seeds until the time is up; prints the programs and ops
@@ -35,7 +35,11 @@ inputs, saves it to a file, loads it back and calls it on the three calls' layou
 rebinding (`oracle.run_exported`): its outputs' values, dtypes, shapes, which of them view an input, and the inputs'
 memory after each call; with ``--reach``, ``exported`` counts the programs the export took. ``--regions 0.2`` draws
 20% of the statements inside a ``with`` region: ``no_grad``, ``enable_grad``, ``set_grad_enabled(False)``,
-``inference_mode``, ``autocast`` to bfloat16 or float16 (`generator.Generator.in_region`); with ``--reach``,
+``inference_mode``, ``autocast`` to bfloat16 or float16 (`generator.Generator.in_region`); ``--edges 0.4`` draws
+40% of the statements at the dtype and layout rules' edges: integer division and remainder of mixed signs and dtypes,
+promotion across dtype categories and 0-d tensors, wraparound and shifts, ``where`` with scalars, index accumulation
+with repeated indices, broadcasting in-place and ``out=`` calls, ``keepdim`` reductions over several dims, dims of
+size 0 and 1, expanded and flipped operands, channels-last values (`generator.Generator.edge_pattern`); with ``--reach``,
 ``grad-mode region`` and ``autocast region`` count the programs holding one. ``--warm 25`` compiles each batch of 25
 programs again in a fresh process on the run's kernel cache, its kernels and generated code read from disk
 (`warm.check_warm`), against eager: each failure is printed with its program, unminimised (the mode runs in
@@ -101,6 +105,9 @@ def main(argv=None):
                         help="the share of convolution-pattern statements (channels-last half the time)")
     parser.add_argument("--regions", type=float, default=0.0,
                         help="the share of statements inside a grad-mode or autocast region")
+    parser.add_argument("--edges", type=float, default=0.0,
+                        help="the share of statements at the dtype and layout rules' edges (integer division, "
+                             "promotion, repeated-index accumulation, keepdim reductions, stride 0, channels-last)")
     parser.add_argument("--reach", action="store_true",
                         help="count the programs reaching each of the compiler's newest parts (tests/fuzz/reach.py)")
     parser.add_argument("--models", action="store_true",
@@ -148,7 +155,8 @@ def _burst(args, seconds, modes, table, seen, started, reach):
             outcome = check_model(program)
         else:
             program, _ = generate(seed, args.statements, table=table, chains=args.chains, out_views=args.out_views,
-                                  losses=args.losses, nets=args.nets, convs=args.convs, regions=args.regions)
+                                  losses=args.losses, nets=args.nets, convs=args.convs, regions=args.regions,
+                                  edges=args.edges)
             outcome = check(program, modes)
         programs += 1
         ops += len(program.forward) if args.models else program.n_ops
@@ -172,6 +180,7 @@ def _burst(args, seconds, modes, table, seen, started, reach):
                 # (the seed alone draws another program under other options than the defaults)
                 text = (f"generate({seed}, {args.statements}, chains={args.chains}, out_views={args.out_views}, "
                         f"losses={args.losses}, nets={args.nets}, convs={args.convs}, regions={args.regions}, "
+                        f"edges={args.edges}, "
                         f"table=op_table({args.namespaced})):\n"
                         + describe(small, check(small, modes).mismatches or [first]))
                 print(f"\nnew failure ({sig[0]} vs {sig[1]}: {sig[2]}):\n{text}\n", flush=True)
@@ -198,7 +207,7 @@ class _Warm:
         self.args, self.seen = args, seen
         self.batch, self.programs, self.hits = [], 0, 0
         self.options = {"chains": args.chains, "out_views": args.out_views, "losses": args.losses,
-                        "nets": args.nets, "convs": args.convs, "regions": args.regions,
+                        "nets": args.nets, "convs": args.convs, "regions": args.regions, "edges": args.edges,
                         "namespaced": args.namespaced}
 
     def add(self, program):

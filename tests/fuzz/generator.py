@@ -37,8 +37,8 @@ import jitorch
 from jitorch.ops.registry import OPS
 from tests.support import torch_forms
 
-from .program import (DTYPES, FLOAT_DTYPES, INT_DTYPES, LAYOUTS, Instance, Program, ScalarDecl, Stmt,
-                      TensorDecl, captured_ref)
+from .program import (DTYPES, EDGE_LAYOUTS, FLOAT_DTYPES, INT_DTYPES, LAYOUTS, Instance, Program, ScalarDecl,
+                      Stmt, TensorDecl, captured_ref)
 
 # Ops a fuzz program does not call: random numbers (no common stream with torch), uninitialised memory,
 # ops whose use here is hand-written (the cast op behind .to()), in-place fills tested through others.
@@ -51,6 +51,11 @@ SKIPPED = {"empty", "empty_like", "new_empty", "unique_consecutive", "einsum"}
 TORCH_UNDEFINED_AT_NAN = {f"special_{name}_polynomial_{kind}" for name, kind in (
     ("chebyshev", "u"), ("chebyshev", "v"), ("chebyshev", "w"), ("shifted_chebyshev", "t"), ("shifted_chebyshev", "u"),
     ("shifted_chebyshev", "v"), ("shifted_chebyshev", "w"), ("laguerre", "l"), ("legendre", "p"))}
+# Ops whose torch result over a dim changes with the memory layout of equal values: ``median``/``nanmedian`` of an
+# expanded input return values no element holds (docs/differences-from-torch.md; fuzz seed 5560417 of ``--edges 0.5``,
+# ``T.median(x2, 0)`` of an int16 input expanded in the second layout: 5 for the column's -1). Never called in a
+# program with an input laid out expanded (`program.EDGE_LAYOUTS`).
+TORCH_WRONG_ON_EXPANDED = {"median", "nanmedian"}
 # Float results that are bit for bit the same in every mode when their operands are: selections, moves,
 # sign changes, casts. Everything else (arithmetic, transcendental functions, sums) may round differently
 # in a fused or reassociated kernel and is "inexact".
@@ -121,6 +126,26 @@ MARKERS = {"integer operand": INTEGER_OPERAND, "ties": AMONG_TIES}
 SVD_SIGN = ("(lambda u: u * T.where((u.double() * (T.arange(u.shape[-2], dtype=T.float64, device=u.device) + 2)"
             ".sqrt()[:, None]).sum(-2, keepdim=True) < 0, -1, 1).to(u.dtype))")
 RESULT_CHOICES = {"sort": (0,), "topk": (0,), "kthvalue": (0,), "median": (0,)}
+# The kinds of `Generator.edge_pattern` (``--edges``).
+EDGE_KINDS = ("int divmod", "mixed dtypes", "where scalars", "index accumulate", "broadcast inplace",
+              "keepdim reduce", "size edges", "expanded", "channels last")
+# What `Generator.edge_pattern` applies to an expanded or flipped value and to a channels-last one (``{x}``); those
+# that may share its memory, those whose float values are exact where its are, those only for floats.
+EDGE_TAILS = {
+    "expanded": ("{x} * {x}", "{x}.sum(0)", "{x}.contiguous()", "{x}.cumsum(0)", "{x} + {x}.flip(0)", "{x}.clone()",
+                 "T.cat([{x}, {x}])", "{x}.reshape(-1)[1:]", "({x} + 1).abs()", "{x}.mT if {x}.ndim >= 2 else {x}"),
+    "channels last": ("{x} + 1", "{x} * {x}", "T.relu({x})", "{x}.sum((2, 3), keepdim=True)",
+                      "{x} + {x}.sum(1, keepdim=True)", "{x}.to(T.float64)", "{x}.to(T.int16)", "{x}.clone()",
+                      "{x}.permute(0, 2, 3, 1)", "{x}.mean(1)", "{x}.sum(1)", "{x}.contiguous()",
+                      "{x} + {x}.contiguous()", "T.where({x} > 0, {x}, 0)", "{x}.flatten(1)", "{x}.softmax(1)",
+                      "-{x}"),
+}
+EDGE_ALIASING_TAILS = {"{x}.contiguous()", "{x}.reshape(-1)[1:]", "{x}.mT if {x}.ndim >= 2 else {x}",
+                       "{x}.to(T.float64)", "{x}.to(T.int16)", "{x}.permute(0, 2, 3, 1)", "{x}.flatten(1)"}
+EDGE_EXACT_TAILS = {"{x}.contiguous()", "{x}.clone()", "T.cat([{x}, {x}])", "{x}.reshape(-1)[1:]",
+                    "{x}.mT if {x}.ndim >= 2 else {x}", "{x}.to(T.float64)", "{x}.permute(0, 2, 3, 1)",
+                    "{x}.flatten(1)", "T.relu({x})", "T.where({x} > 0, {x}, 0)", "-{x}"}
+EDGE_FLOAT_TAILS = {"{x}.mean(1)", "{x}.softmax(1)"}
 
 
 @dataclass
@@ -230,8 +255,9 @@ class Generator:
     """``Generator(seed).program()``: one random program, valid on torch."""
 
     def __init__(self, seed, max_statements=14, table=None, chains=0.0, out_views=0.0, losses=0.0, nets=0.0,
-                 convs=0.0, regions=0.0):
+                 convs=0.0, regions=0.0, edges=0.0):
         self.seed = seed
+        self.edges = edges  # the share of statements at the dtype and layout rules' edges (`edge_pattern`)
         self.regions = regions  # the share of statements inside a grad-mode or autocast region (`in_region`)
         self.nets = nets  # the share of statements that are network patterns (`net_pattern`)
         self.convs = convs  # the share of statements that are convolution patterns (`conv_pattern`)
@@ -250,6 +276,7 @@ class Generator:
         # an inexact write into one of these is refused (`_breaks_exact_reads`).
         self.exact_read: set = set()
         self.reading_exact: set = set()
+        self.expanded_inputs = False  # whether an input is laid out expanded in a call (`declarations`)
 
     # Declarations ------------------------------------------------------------------------------
 
@@ -277,7 +304,8 @@ class Generator:
 
     def declarations(self):
         r = self.rng
-        base = tuple(r.randint(1, 5) for _ in range(r.randint(1, 3)))
+        # (4-d inputs with ``--edges``, which lays them out channels-last at times: `EDGE_LAYOUTS`)
+        base = tuple(r.randint(1, 5) for _ in range(r.randint(1, 4 if self.edges else 3)))
         smooth = r.random() < 0.4
         inputs = tuple(TensorDecl(f"x{i}", self._shape(base), self._dtype(), self.seed * 101 + i, smooth=smooth)
                        for i in range(r.randint(1, 3)))
@@ -297,7 +325,9 @@ class Generator:
                 r.randint(-12, 12) / 4, r.randint(-12, 12) / 4)
             name = {"closure": "s", "global": "g", "module": "a"}[where] + str(i)
             scalars.append(ScalarDecl(name, where, first, second))
-        layouts = tuple(tuple(r.choice(LAYOUTS) for _ in inputs) for _ in range(2))
+        choices = LAYOUTS + EDGE_LAYOUTS if self.edges else LAYOUTS
+        layouts = tuple(tuple(r.choice(choices) for _ in inputs) for _ in range(2))
+        self.expanded_inputs = any("expanded" in call for call in layouts)
         return inputs, tuple(captured), tuple(scalars), layouts
 
     # The program -----------------------------------------------------------------------------------
@@ -379,6 +409,8 @@ class Generator:
             make = self.net_pattern
         elif self.convs and self.rng.random() < self.convs:
             make = self.conv_pattern
+        elif self.edges and self.rng.random() < self.edges:
+            make = self.edge_pattern
         else:
             r = self.rng.random()
             make = next(make for bound, make in kinds if r < bound)
@@ -478,6 +510,8 @@ class Generator:
 
     def call(self, env, tensors, entry, form):
         if entry.name in TORCH_UNDEFINED_AT_NAN:  # (drawn, then dropped: the other statements are drawn as before)
+            return None
+        if entry.name in TORCH_WRONG_ON_EXPANDED and self.expanded_inputs:
             return None
         schema = entry.schema
         first = schema.args[0] if schema.args else None
@@ -1103,6 +1137,325 @@ class Generator:
         return Stmt((f"{h} = {conv}", f"{name} = {r.choice(tails)}"), (h, name), "conv"), \
             {h: Facts(False, True, h), name: Facts(False, True, name)}
 
+    # Edge patterns (``--edges``) --------------------------------------------------------------------------
+
+    def edge_pattern(self, env, tensors):
+        """A statement at the edges of the dtype and layout rules (`EDGE_KINDS`): integer division and remainder of
+        mixed signs and dtypes, binary ops across dtype categories and 0-d tensors, integer wraparound and shifts,
+        ``where`` with Python scalars, index accumulations with repeated indices (``index_add_``, ``index_put_``
+        with ``accumulate``, ``scatter_add_``, ``scatter_reduce_``, ``put_``), in-place and ``out=`` calls whose
+        operands broadcast and promote, reductions with ``keepdim`` over several dims, dims of size 0 and 1,
+        expanded (stride 0) and flipped operands, and channels-last values through pointwise ops and reductions."""
+        kind = self.rng.choice(EDGE_KINDS)
+        made = getattr(self, "_edge_" + kind.replace(" ", "_"))(env, tensors)
+        if made is None:
+            return None
+        lines, defines, facts = made
+        return Stmt(lines, defines, f"edge {kind}"), facts
+
+    def _exact_int(self, tensors, pred=lambda v: True):
+        """An integer or bool variable whose values are exact, or None."""
+        return self.pick(tensors, lambda v: not v.is_float and v.facts.exact and pred(v))
+
+    def _int_literal(self, shape, dtype, nonzero=False):
+        rng = np.random.default_rng(self.rng.randrange(1 << 30))
+        low = 0 if dtype == "uint8" else -7
+        values = rng.integers(low, 8, size=shape)
+        if nonzero:
+            values = np.where(values == 0, 3, values)
+        return literal(values, dtype)
+
+    def _result(self, env, name, expr, exact, line=None):
+        """(lines, defines, facts) of ``name = expr`` when torch runs it, its facts exact when ``exact`` and the
+        result is integral (a float result of arithmetic may round otherwise in a fused kernel), else None."""
+        value = self.evaluate(env, expr)
+        if not isinstance(value, torch.Tensor):
+            return None
+        exact = exact and not value.is_floating_point()
+        return ((line or f"{name} = {expr}",), (name,), {name: Facts(exact, True, name)})
+
+    def _edge_int_divmod(self, env, tensors):
+        a = self._exact_int(tensors, lambda v: v.dtype != "bool")
+        if a is None:
+            return None
+        r = self.rng
+        shape = a.shape[r.randrange(a.ndim + 1):]
+        divisor = r.choice((self._int_literal(shape, r.choice(INT_DTYPES), nonzero=True),
+                            str(r.choice((-3, -2, 2, 3, -1))), f"{r.choice((-3, 2))}.0",
+                            self._int_literal((), r.choice(INT_DTYPES), nonzero=True)))
+        op = r.choice(("{a} // {b}", "{a} % {b}", "T.remainder({a}, {b})", "T.fmod({a}, {b})",
+                       "T.div({a}, {b}, rounding_mode='floor')", "T.div({a}, {b}, rounding_mode='trunc')",
+                       "T.floor_divide({a}, {b})", "{a} / {b}", "T.remainder({b}, {a})"))
+        if op == "T.remainder({b}, {a})" and not bool((a.value != 0).all()):
+            return None
+        name = self.fresh()
+        return self._result(env, name, op.format(a=a.ref, b=divisor), True)
+
+    def _edge_mixed_dtypes(self, env, tensors):
+        a = self.pick(tensors, lambda v: v.facts.exact)
+        if a is None:
+            return None
+        r = self.rng
+        shape = a.shape[r.randrange(a.ndim + 1):] if r.random() < 0.7 else ()
+        dtype = r.choice(DTYPES)
+        if dtype in FLOAT_DTYPES:
+            other = literal(self.values(shape, dtype).astype(np.float32), dtype)
+        elif dtype == "bool":
+            other = literal(self.values(shape, dtype), dtype)
+        else:
+            other = self._int_literal(shape, dtype)
+        if r.random() < 0.3:
+            other = r.choice(("True", "2", "-3", "0.5", "-1.25", "200", "-129"))
+        op = r.choice(("{a} + {b}", "{a} - {b}", "{a} * {b}", "T.maximum({a}, {b})", "T.minimum({a}, {b})",
+                       "{a} == {b}", "{a} < {b}", "{a} & {b}", "{a} | {b}", "{a} ^ {b}", "T.add({a}, {b}, alpha=2)",
+                       "{b} - {a}", "T.sub({a}, {b}, alpha=-1)", "{a} << {b}", "{a} >> {b}"))
+        if ("<<" in op or ">>" in op) and (a.is_float or dtype in FLOAT_DTYPES or a.dtype == "bool"):
+            return None
+        if ("<<" in op or ">>" in op):  # (shifts by 0..9: past int8's width too)
+            other = self._shift_counts(shape, "int64" if dtype == "bool" else dtype)
+        if op.startswith("T.add") or op.startswith("T.sub"):
+            if other in ("True",) or a.dtype == "bool":
+                return None
+        exact = not a.is_float and not (dtype in FLOAT_DTYPES or "." in other)
+        self.reading_exact.add(a.facts.group)  # (comparisons, shifts and bitwise ops are discontinuous)
+        if a.is_float and op in ("T.maximum({a}, {b})", "T.minimum({a}, {b})", "{a} == {b}", "{a} < {b}"):
+            exact = True
+        name = self.fresh()
+        return self._result(env, name, op.format(a=a.ref, b=other), exact)
+
+    def _shift_counts(self, shape, dtype):
+        rng = np.random.default_rng(self.rng.randrange(1 << 30))
+        return literal(rng.integers(0, 10, size=shape), dtype)
+
+    def condition(self, tensors, threshold=None):
+        """A bool variable's reference, or else an exact variable compared with ``threshold`` (a drawn number when
+        None); None where there is neither."""
+        cond = self.pick(tensors, lambda v: v.dtype == "bool")
+        if cond is not None:
+            return cond.ref
+        base = self.pick(tensors, lambda v: v.facts.exact)
+        if base is None:
+            return None
+        self.reading_exact.add(base.facts.group)
+        return f"({base.ref} > {self.number() if threshold is None else threshold})"
+
+    def _edge_where_scalars(self, env, tensors):
+        r = self.rng
+        cond = self.condition(tensors)
+        if cond is None:
+            return None
+        scalars = ("1", "-2", "0.5", "-1.5", "True", "float('inf')", "300")
+        x = self.pick(tensors, lambda v: v.facts.exact)
+        options = [(r.choice(scalars), r.choice(scalars))]
+        if x is not None:
+            options += [(x.ref, r.choice(scalars)), (r.choice(scalars), x.ref)]
+        a, b = r.choice(options)
+        name = self.fresh()
+        return self._result(env, name, f"T.where({cond}, {a}, {b})", True) if r.random() < 0.7 else \
+            self._result(env, name, f"{x.ref if x is not None else cond}.where({cond}, {b})", True)
+
+    def _edge_index_accumulate(self, env, tensors):
+        v = self.pick(tensors, lambda v: v.facts.writable and v.ndim >= 1 and v.shape[0] > 0
+                      and v.dtype != "bool")
+        if v is None:
+            return None
+        r = self.rng
+        d = r.randrange(v.ndim)
+        n = v.shape[d]
+        if n == 0:
+            return None
+        k = r.randint(1, 6)
+        rng = np.random.default_rng(r.randrange(1 << 30))
+        idx = rng.integers(-n if r.random() < 0.3 else 0, n, size=k)  # repeats, and negative ones at times
+        src_shape = list(v.shape)
+        src_shape[d] = k
+        src = literal(self.values(tuple(src_shape), v.dtype).astype(
+            np.float32 if v.is_float else np.int64), v.dtype)
+        kind = r.choice(("index_add", "index_put", "scatter_add", "scatter_reduce", "put", "index_add fn",
+                         "setitem add"))
+        pos = literal(np.where(idx < 0, idx + n, idx), "int64")
+        if kind == "index_add":
+            line = f"{v.ref}.index_add_({d}, {pos}, {src}, alpha={r.choice((1, 2, -1))})"
+        elif kind == "index_add fn":
+            name = self.fresh()
+            return self._result(env, name, f"T.index_add({v.ref}, {d}, {pos}, {src})", v.facts.exact)
+        elif kind == "index_put":
+            if d:
+                return None
+            line = f"{v.ref}.index_put_(({literal(idx, 'int64')},), {src}, accumulate=True)"
+        elif kind == "put":
+            m = v.value.numel()
+            flat = rng.integers(-m, m, size=k)
+            values = literal(self.values((k,), v.dtype).astype(np.float32 if v.is_float else np.int64), v.dtype)
+            line = f"{v.ref}.put_({literal(flat, 'int64')}, {values}, accumulate=True)"
+        else:
+            # scatter's index of the source's shape, along d, repeating positions
+            sidx = rng.integers(0, n, size=tuple(src_shape))
+            if kind == "scatter_add":
+                line = f"{v.ref}.scatter_add_({d}, {literal(sidx, 'int64')}, {src})"
+            elif kind == "scatter_reduce":
+                reduce = r.choice(("sum", "prod", "mean", "amax", "amin"))
+                if reduce in ("mean", "prod") and v.is_float:
+                    reduce = "amax"
+                if reduce == "mean" and not v.is_float:
+                    reduce = "sum"
+                line = f"{v.ref}.scatter_reduce_({d}, {literal(sidx, 'int64')}, {src}, {reduce!r}, " \
+                       f"include_self={r.random() < 0.5})"
+            else:
+                if d or any(i < 0 for i in idx):
+                    return None
+                line = f"{v.ref}[{literal(idx, 'int64')}] += {src}"
+                # (a repeated index writes its one gathered-plus-source value: which copy lands is undefined
+                # where the source rows differ)
+                if len(set(idx.tolist())) != len(idx):
+                    return None
+        taint = {} if (v.facts.exact and not v.is_float) else self.taint(env, v.facts.group)
+        return (line,), (), taint
+
+    def _edge_broadcast_inplace(self, env, tensors):
+        v = self.pick(tensors, lambda v: v.facts.writable and v.ndim >= 1)
+        if v is None:
+            return None
+        r = self.rng
+        w = self.pick(tensors, lambda w: w.ref != v.ref and _broadcasts_to(w.shape, v.shape))
+        if w is None:
+            return None
+        op = r.choice(("add_", "sub_", "mul_", "copy_", "clamp_min_", "maximum out", "add out", "mul out",
+                       "where out", "lerp_", "addcmul_"))
+        exact = v.facts.exact and w.facts.exact
+        if op.endswith(" out"):
+            fn = op.split()[0]
+            args = {"maximum": f"{v.ref}, {w.ref}", "add": f"{w.ref}, {v.ref}, alpha=2", "mul": f"{w.ref}, {v.ref}",
+                    "where": f"{w.ref} > 0, {w.ref}, {v.ref}"}[fn]
+            if fn == "where":
+                if not w.facts.exact:
+                    return None
+                self.reading_exact.add(w.facts.group)
+            if fn == "add" and "bool" in (v.dtype, w.dtype):
+                return None
+            line = f"T.{fn}({args}, out={v.ref})"
+        elif op in ("lerp_", "addcmul_"):
+            if not (v.is_float and w.is_float):
+                return None
+            line = f"{v.ref}.lerp_({w.ref}, 0.25)" if op == "lerp_" else \
+                f"{v.ref}.addcmul_({w.ref}, {w.ref}, value=-0.5)"
+        else:
+            line = f"{v.ref}.{op}({w.ref})"
+        if not v.is_float and w.is_float and not w.facts.exact:
+            return None
+        fine = exact and (op in ("copy_", "clamp_min_", "maximum out") or not v.is_float)
+        return (line,), (), {} if fine else self.taint(env, v.facts.group)
+
+    def _edge_keepdim_reduce(self, env, tensors):
+        v = self.pick(tensors, lambda v: v.ndim >= 2)
+        if v is None:
+            return None
+        r = self.rng
+        dims = sorted(r.sample(range(v.ndim), r.randint(2, v.ndim)))
+        dims = tuple(d - v.ndim if r.random() < 0.4 else d for d in dims)
+        keep = r.random() < 0.7
+        op = r.choice(("sum", "amax", "amin", "mean", "var", "std", "logsumexp", "prod", "any", "all",
+                       "count_nonzero", "nansum", "sum dtype", "norm", "aminmax"))
+        if op in ("mean", "var", "std", "logsumexp", "norm") and not v.is_float:
+            return None
+        if op == "count_nonzero":
+            expr = f"T.count_nonzero({v.ref}, {dims!r})"
+        elif op == "sum dtype":
+            expr = f"{v.ref}.sum({dims!r}, keepdim={keep}, dtype=T.{r.choice(('float64', 'int64', 'float32'))})"
+            if not v.facts.exact and "int" in expr:
+                return None
+        elif op in ("var", "std"):
+            expr = f"{v.ref}.{op}({dims!r}, correction={r.choice((0, 1, 2))}, keepdim={keep})"
+        elif op == "norm":
+            expr = f"T.linalg.vector_norm({v.ref}, {r.choice((1, 2, 3, float('inf')))!r}, {dims!r}, {keep})"
+        elif op == "aminmax":
+            expr = f"T.aminmax({v.ref}, dim={dims[0]}, keepdim={keep})[{r.randint(0, 1)}]"
+        else:
+            expr = f"{v.ref}.{op}({dims!r}, keepdim={keep})"
+        name = self.fresh()
+        exact = v.facts.exact and op in ("amax", "amin", "any", "all", "count_nonzero", "aminmax")
+        exact = exact or (v.facts.exact and not v.is_float and op in ("sum", "nansum", "prod"))
+        made = self._result(env, name, expr, exact)
+        if made is not None and op in ("amax", "amin", "aminmax") and v.facts.exact:
+            made[2][name].exact = True
+        return made
+
+    def _edge_size_edges(self, env, tensors):
+        v = self.pick(tensors, lambda v: v.ndim >= 1)
+        if v is None:
+            return None
+        r = self.rng
+        d = r.randrange(v.ndim)
+        view = r.choice((f"{v.ref}.narrow({d}, 0, 0)", f"{v.ref}[{', '.join([':'] * d + ['5:'])}]",
+                         f"{v.ref}.unsqueeze({d})", f"{v.ref}.narrow({d}, 0, 1)"))
+        tail = r.choice(("{x}.sum({d}, keepdim=True)", "{x}.prod({d})", "{x}.mean({d})", "{x}.cumsum({d})",
+                         "{x}.amax({d}) if {x}.shape[{d}] else {x}.sum({d})", "{x} * 2", "{x}.flip({d})",
+                         "T.cat([{x}, {x}], {d})", "{x}.transpose(0, {d}).contiguous()", "{x}.std({d})",
+                         "{x}.logsumexp({d})", "{x}.cumprod({d})", "{x}.max({d})[0] if {x}.shape[{d}] else {x}",
+                         "{x}.softmax({d})", "{x}.argmax({d}) if {x}.shape[{d}] else {x}.sum()"))
+        x = self.fresh()
+        if "argmax" in tail:
+            if not v.facts.exact:
+                return None
+            self.reading_exact.add(v.facts.group)
+        name = self.fresh()
+        expr = tail.format(x=x, d=d)
+        value = self.evaluate(env, f"(lambda {x}: {expr})({view})")
+        if not isinstance(value, torch.Tensor):
+            return None
+        exact = v.facts.exact and not value.is_floating_point()
+        # (a result that may be ``x`` itself or a view of it: ``contiguous()`` of a transpose over size-1 dims)
+        aliasing = ".contiguous()" in tail or "else {x}" in tail
+        return ((f"{x} = {view}", f"{name} = {expr}"), (x, name),
+                {x: Facts(v.facts.exact, v.facts.writable, v.facts.group),
+                 name: Facts(exact, not aliasing, v.facts.group if aliasing else name)})
+
+    def _edge_expanded(self, env, tensors):
+        v = self.pick(tensors, lambda v: v.ndim >= 1 and v.value.numel() > 0)
+        if v is None:
+            return None
+        r = self.rng
+        shape = list(v.shape)
+        view = r.choice((f"{v.ref}.expand(2, *{shape!r})", f"{v.ref}.flip(0)",
+                         f"{v.ref}[None].expand(3, *{shape!r}).transpose(0, -1)",
+                         f"{v.ref}.unsqueeze(-1).expand(*{shape!r}, 2)"))
+        tail = r.choice(EDGE_TAILS["expanded"])
+        return self._edge_view_tail(env, v, view, tail, copied=".flip(" in view)
+
+    def _edge_channels_last(self, env, tensors):
+        v = self.pick(tensors, lambda v: v.value.numel() > 0)
+        if v is None:
+            return None
+        r = self.rng
+        shape = (r.choice((1, 2)), r.choice((1, 3, 4)), r.choice((1, 2, 3)), r.choice((2, 3)))
+        view = f"{self._spread(v, shape, scale=False)}.contiguous(memory_format=T.channels_last)"
+        tails = [t for t in EDGE_TAILS["channels last"] if v.is_float or t not in EDGE_FLOAT_TAILS]
+        if v.dtype == "bool":
+            tails = [t for t in tails if t != "-{x}"]
+        tail = r.choice(tails)
+        if "{x} > 0" in tail or tail == "{x}.to(T.int16)" and v.is_float:
+            if not v.facts.exact:
+                return None
+            self.reading_exact.add(v.facts.group)
+        return self._edge_view_tail(env, v, view, tail, copied=True)
+
+    def _edge_view_tail(self, env, v, view, tail, copied):
+        """``x = view`` of ``v`` (a copy of its values where ``copied``), then ``name = tail`` of ``x``: facts that keep
+        a result that may share ``x``'s memory (`EDGE_ALIASING_TAILS`: a view, or ``contiguous()``/``to()`` of a
+        tensor already so) in ``x``'s alias group, and no write into either where they may overlap."""
+        x, name = self.fresh(), self.fresh()
+        expr = tail.format(x=x)
+        value = self.evaluate(env, f"(lambda {x}: {expr})({view})")
+        if not isinstance(value, torch.Tensor):
+            return None
+        group = x if copied else v.facts.group
+        writable = copied and v.facts.writable
+        exact = v.facts.exact and (not value.is_floating_point() or tail in EDGE_EXACT_TAILS)
+        aliasing = tail in EDGE_ALIASING_TAILS
+        return ((f"{x} = {view}", f"{name} = {expr}"), (x, name),
+                {x: Facts(v.facts.exact, writable and not aliasing, group),
+                 name: Facts(exact, not aliasing, group if aliasing else name)})
+
     def _holds_inf(self, env, expr):
         """Whether ``expr`` holds +inf on torch: no pattern applies GELU there, whose value is a documented difference
         (jitorch's inf, the limit of ``x * Phi(x)``; torch 2.13's NaN: docs/differences-from-torch.md; fuzz seed
@@ -1589,15 +1942,9 @@ def _hint_masked_fill(g, env, tensors, v, entry):
 
 
 def _hint_where(g, env, tensors, v, entry):
-    cond = g.pick(tensors, lambda m: m.dtype == "bool")
-    if cond is None:
-        base = g.pick(tensors, lambda m: m.facts.exact)
-        if base is None:
-            return None
-        g.reading_exact.add(base.facts.group)
-        cond_ref = f"({base.ref} > 0)"
-    else:
-        cond_ref = cond.ref
+    cond_ref = g.condition(tensors, "0")
+    if cond_ref is None:
+        return None
     other, exact = g.partner(env, tensors, v)
     return [cond_ref, v.ref, other], {}, exact and v.facts.exact
 
@@ -1994,13 +2341,13 @@ def _with_grad(program):
 
 
 def generate(seed, max_statements=14, table=None, chains=0.0, out_views=0.0, losses=0.0, nets=0.0, convs=0.0,
-             regions=0.0):
+             regions=0.0, edges=0.0):
     """The program of ``seed`` (the same on every machine: Python's and NumPy's seeded generators), with a
     ``chains`` share of its statements drawn from the view-of-gather chains (`Generator.pad_windows`,
     `Generator.gather_views`) and an ``out_views`` share of its ``out=`` statements writing memory other than a
     new compact tensor (`Generator.out_view`); a ``losses`` share of its statements are loss patterns
     (`Generator.loss_pattern`), a ``nets`` share network patterns (`Generator.net_pattern`), a ``convs`` share
     convolution patterns (`Generator.conv_pattern`); a ``regions`` share of its statements run inside a grad-mode or
-    autocast region (`Generator.in_region`)."""
-    g = Generator(seed, max_statements, table, chains, out_views, losses, nets, convs, regions)
+    autocast region (`Generator.in_region`); an ``edges`` share are edge patterns (`Generator.edge_pattern`)."""
+    g = Generator(seed, max_statements, table, chains, out_views, losses, nets, convs, regions, edges)
     return g.program(), g

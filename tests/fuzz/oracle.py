@@ -649,6 +649,11 @@ def _check_exported(program):
     except Exception as e:
         got = [CallRecord(error=f"{type(e).__name__}: {e}")]
     want = [_unstated(r) for r in _guarded(_unbound_eager, program, "eager")]
+    # a loaded program refuses to write into an input expanded in a call (its write-back is the whole value: fuzz seed
+    # 5580745 of --export --edges 0.4); the calls before are compared
+    refused = next((k for k, r in enumerate(got) if r.error and "which is expanded (strides" in r.error), None)
+    if refused is not None:
+        got, want = got[:refused], want[:refused]
     if any("as_strided" in line for s in program.body for line in s.lines):
         # ``as_strided`` addresses memory, which an exported program's is the example's layout: only the calls on
         # that layout, the first and third, are compared (docs/differences-from-torch.md; fuzz seed 3000490)
@@ -661,6 +666,13 @@ def _check_exported(program):
         by_layout = [j for j, (a, b) in enumerate(zip(want[0].outputs, want[1].outputs)) if a.alias != b.alias]
         got[1], want[1] = (replace(r, outputs=[Output("by layout") if j in by_layout else o
                                                for j, o in enumerate(r.outputs)]) for r in (got[1], want[1]))
+        # a view of an input exported on an expanded example is one in the example's layout only: its memory steps
+        # say no index steps (``x.expand(2, 3)`` of an ``x`` of stride 0 has strides (0, 0)), so in another layout it
+        # is new memory of the view's values (docs/differences-from-torch.md; fuzz seed 5580146 of --edges 0.4)
+        expanded = {("input", i) for i, (t, layout) in enumerate(zip(program.inputs, program.layouts[0]))
+                    if layout == "expanded" and any(n > 1 for n in t.shape)}
+        got[1], want[1] = (replace(r, outputs=[replace(o, alias=None) if o.alias in expanded else o
+                                               for o in r.outputs]) for r in (got[1], want[1]))
     return compare_calls(got, want, EXPORTED, "eager", program=program, layouts="aliased"), True
 
 

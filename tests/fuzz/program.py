@@ -38,6 +38,10 @@ import numpy as np
 # Element layouts of an input: contiguous; a permutation of its dims in memory; every other element of a
 # buffer twice its size; contiguous at storage offset 3.
 LAYOUTS = ("contiguous", "permuted", "strided", "offset")
+# Layouts drawn too with ``--edges`` (`generator.Generator.edge_pattern`): a 4-d input channels-last (else permuted);
+# an input expanded from its first slice along its first dim of two or more elements (stride 0: its values repeat
+# that slice's; else offset), which no op may write into.
+EDGE_LAYOUTS = ("channels_last", "expanded")
 SENTINEL = 7
 FLOAT_DTYPES = ("float32", "float64", "float16", "bfloat16")
 INT_DTYPES = ("int64", "int32", "int16", "int8", "uint8")
@@ -195,6 +199,10 @@ def make_tensor(T, decl, device, layout="contiguous", requires_grad=False, seed_
     if requires_grad:
         t = T.tensor(values, dtype=dt, device=device, requires_grad=True)
         return t, t
+    if layout == "channels_last" and len(shape) != 4:
+        layout = "permuted"
+    if layout == "expanded" and not any(n > 1 for n in shape):
+        layout = "offset"
     if layout == "permuted" and len(shape) < 2:
         layout = "strided"
     if layout == "strided" and len(shape) == 0:
@@ -202,6 +210,13 @@ def make_tensor(T, decl, device, layout="contiguous", requires_grad=False, seed_
     if layout == "contiguous":
         t = T.tensor(values, dtype=dt, device=device)
         return t, t
+    if layout == "channels_last":
+        t = T.tensor(values, dtype=dt, device=device).contiguous(memory_format=T.channels_last)
+        return t, t
+    if layout == "expanded":
+        d = next(d for d, n in enumerate(shape) if n > 1)
+        base = T.tensor(np.ascontiguousarray(values.take([0], axis=d)), dtype=dt, device=device)
+        return base.expand(*shape), base
     if layout == "permuted":
         perm = list(range(len(shape)))[::-1]
         inverse = list(np.argsort(perm))

@@ -11,6 +11,7 @@ import torch
 
 import jitorch
 from jitorch.export import ExportError
+from tests.export.helpers import round_trip, shares
 from tests.fuzz.generator import REGIONS, generate
 from tests.fuzz.oracle import CPU_MODES, EXPORTED, check, run_exported
 from tests.fuzz.reach import PARTS, Reach, program_regions
@@ -23,17 +24,6 @@ def _quiet():
         yield
 
 
-def _round_trip(fn, args, tmp_path):
-    """``fn`` exported on ``args``, saved to a file and loaded back."""
-    path = tmp_path / "program.jitorch"
-    jitorch.export(fn, args).save(path)
-    return jitorch.load(path)
-
-
-def _shares(a, b):
-    return a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr()
-
-
 def test_exported_output_views_its_input_after_an_index_write_seed_1005(tmp_path):
     """Fuzz seed 1005 (``--export``), minimised: ``x1[:, ::1] = x0; return x1[0:4:2, 2]``. The exported program's
     output was a slice of the graph's written value, not of ``x1``: the right values, but a write through it missed
@@ -44,11 +34,11 @@ def test_exported_output_views_its_input_after_an_index_write_seed_1005(tmp_path
         return (x1[0:4:2, 2],)
 
     x0 = jitorch.tensor([1.5, -2.0, 0.25, 3.0, -0.5], dtype=jitorch.bfloat16)
-    loaded = _round_trip(fn, (x0, jitorch.zeros(4, 5, dtype=jitorch.int16)), tmp_path)
+    loaded = round_trip(fn, (x0, jitorch.zeros(4, 5, dtype=jitorch.int16)), tmp_path)
     assert loaded.views == {0: (1, (5, 1), (10,), 2, (((2, 0),), (0, 2)))}
     x1 = jitorch.zeros(4, 5, dtype=jitorch.int16)
     (out,) = loaded(x0, x1)
-    assert _shares(out, x1) and out.stride() == (10,) and out.storage_offset() == 2
+    assert shares(out, x1) and out.stride() == (10,) and out.storage_offset() == 2
     assert out.tolist() == [0, 0]  # (0.25 truncated to int16)
     out.fill_(7)
     assert x1[:, 2].tolist() == [7, 0, 7, 0]
@@ -62,14 +52,14 @@ def test_exported_output_views_a_stepped_or_permuted_input_as_eager(tmp_path):
         x.mul_(2)
         return x.t()[1:], x[2], x
 
-    loaded = _round_trip(fn, (jitorch.zeros(3, 4),), tmp_path)
+    loaded = round_trip(fn, (jitorch.zeros(3, 4),), tmp_path)
     assert sorted(loaded.views) == [0, 1, 2]
     values = np.arange(12, dtype=np.float32).reshape(3, 4)
     for make in (lambda t: jitorch.zeros(6, 8)[::2, ::2].copy_(t), lambda t: t.t().contiguous().t()):
         x, y = make(jitorch.tensor(values)), make(jitorch.tensor(values))
         got, want = loaded(x), fn(y)
         for g, w in zip(got, want):
-            assert _shares(g, x) and g.stride() == w.stride() and g.storage_offset() == w.storage_offset()
+            assert shares(g, x) and g.stride() == w.stride() and g.storage_offset() == w.storage_offset()
             assert g.tolist() == w.tolist()
         assert x.tolist() == (2 * values).tolist()
 

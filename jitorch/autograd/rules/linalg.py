@@ -136,7 +136,7 @@ defgrad("slogdet", only_with_grads_of((1,), per_input(self=reads("self", _slogde
 defgrad("linalg_inv_ex", per_input(A=reads("result", _inverse)))
 defgrad("linalg_solve_ex", differentiates("A B", reads("A result", _solve_ex)))
 defgrad("linalg_solve_triangular", differentiates("self B", reads("self result", _solve_triangular_rule)))
-defgrad("triangular_solve", differentiates("self A", reads("A result", _triangular_solve)))
+defgrad("triangular_solve", differentiates("self A", reads("A result0", _triangular_solve)))
 
 
 # Cholesky, LU ------------------------------------------------------------------------------------------------
