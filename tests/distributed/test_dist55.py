@@ -16,12 +16,15 @@ from .test_collectives import launch
 def test_hot_all_reduce_new_group_order_and_barrier_timeout_on_two_ranks():
     """dist55_check.py (its docstring lists the checks) on 2 ranks. Its last check leaves an MPI request
     pending on rank 0 (its barrier timed out), so MPI aborts that rank at exit, after its script returned, and
-    mpiexec kills rank 1 then: the launcher names neither (rank 1's end was not its failure)."""
+    mpiexec kills rank 1 then. Where rank 1 was killed before its script returned (it had printed its checks
+    but not yet written that it was done), the launcher sees rank 1 end first and names it: a race of MPI's
+    abort at exit that the launcher cannot see through, so either report passes here."""
     done = launch(2, "dist55_check.py")
     assert sorted(re.findall(r"rank (\d) of 2: 34 checks passed", done.stdout)) == ["0", "1"], done.stdout + done.stderr
     assert re.search(r"rank 0: barrier raised after 1 s: jitorch.distributed: barrier timed out after 1 s",
                      done.stdout), done.stdout
-    assert done.returncode != 0 and re.search(r"jitorchrun: a rank failed \(mpiexec exited with \d+\)", done.stderr)
+    failed = r"jitorchrun: a rank failed (\(rank 1 ended first\) )?\(mpiexec exited with \d+\)"
+    assert done.returncode != 0 and re.search(failed, done.stderr), done.stderr
 
 
 def test_torchruns_options_are_accepted():
