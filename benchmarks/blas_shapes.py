@@ -87,14 +87,7 @@ def time_shape(dtype, a, b, out, torch, rounds):
     reps = max(1, int(2e7 / (2 * mm * k * n)))
     for fn in calls.values():
         fn()
-    times = {s: [] for s in calls}
-    for i in range(rounds):
-        for s, fn in list(calls.items())[::1 if i % 2 else -1]:
-            t0 = time.thread_time()
-            for _ in range(reps):
-                fn()
-            times[s].append((time.thread_time() - t0) / reps)
-    result = {s: statistics.median(t) for s, t in times.items()}
+    result = products.time_variants(calls, rounds, reps)
     result["parts"] = parts or 1
     return result
 

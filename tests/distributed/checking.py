@@ -1,9 +1,16 @@
 """What the launched check scripts share: rank r's data, which every rank can compute, and a NumPy comparison
 that counts the checks passed (``check.passed``)."""
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import numpy as np
 
 import jitorch as jt
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def data(r, shape=(2, 3), dtype=np.float32):
@@ -48,3 +55,10 @@ class Counting:
 
     def __getattr__(self, name):
         return getattr(self.comm, name)
+
+
+def world_of_one(code):
+    """``code`` run by a fresh Python as rank 0 of a world of 1 (env://, no launcher, no MPI environment)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PMI", "MPI_"))}
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=ROOT,
+                          env=dict(env, RANK="0", WORLD_SIZE="1", PYTHONPATH=str(ROOT)))

@@ -1,17 +1,12 @@
 """DistributedDataParallel takes torch's arguments in torch's order: what it does not implement is refused,
 never ignored, and init_sync=False skips the construction's check and broadcast."""
 
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 
 import jitorch as jt
 from jitorch.nn.parallel import DistributedDataParallel
 
-ROOT = Path(__file__).resolve().parents[2]
+from .checking import world_of_one
 
 
 @pytest.mark.parametrize("argument,value", [("mixed_precision", object()), ("device_mesh", object()),
@@ -41,8 +36,6 @@ def test_init_sync_false_skips_the_check_and_the_broadcast_and_still_averages():
             "    calls.clear(); jt.manual_seed(0); m = jt.nn.Linear(3, 2)\n"
             "    ddp = DDP(m, init_sync=sync); ddp(jt.ones(4, 3)).sum().backward()\n"
             "    print(sync, sorted(set(calls)), m.weight.grad.tolist() == [[4.0] * 3] * 2)\n")
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PMI", "MPI_"))}
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=ROOT,
-                          env=dict(env, RANK="0", WORLD_SIZE="1", PYTHONPATH=str(ROOT)))
+    done = world_of_one(code)
     assert done.stdout.splitlines() == ["True ['all_gather_object', 'broadcast'] True", "False [] True"], \
         done.stdout + done.stderr
