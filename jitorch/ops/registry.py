@@ -624,7 +624,8 @@ def call(op, args, out=None, recorded=False):
         out_check = op.attrs.get("out_check")  # an error only the out= form raises (float_power's out dtype)
         if out_check is not None:  # (before the overlap check, as the in-place form's `inplace_check`)
             out_check(out, *args)
-        check_write_overlap(op, out, args)
+        if not _out_copies(op, args):  # (a result copy_-ed into out is fresh memory: torch checks no overlap)
+            check_write_overlap(op, out, args)
         if op.kind == "pointwise" and isinstance(out, Tensor):
             check_input_out_shape(op, out, args)
         if op.out_from_out:
