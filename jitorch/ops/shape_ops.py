@@ -17,7 +17,7 @@ from ..runtime.strided import contiguous_strides, like_strides, list_str, wrap_d
 from .meta import reduced_shape
 from . import functions
 from . import registry
-from .registry import TensorSpec, defop, scalar_name
+from .registry import TensorSpec, defop, scalar_name, write_where
 from .searching import unique_dim
 
 
@@ -452,8 +452,15 @@ def _triangle(name, fn):
             raise RuntimeError(f"{name}: input tensor must have at least 2 dimensions")
         return TensorSpec(x.shape, x.dtype, x.device)
 
+    def zeroed(shape, diagonal):
+        """The elements the in-place form writes (zeros, outside the kept triangle): torch's triu_/tril_ write
+        them through an expanded tensor's shared memory (fuzz seed 5592928: ``x0.triu_(2)`` of an expanded
+        input raised the overlap error torch does not)."""
+        keep = fn(np.ones(shape[-2:], bool), diagonal)
+        return np.broadcast_to(~keep, shape)
+
     defop(f"{name}(Tensor self, int diagonal=0) -> Tensor", meta=meta, cpu=lambda spec, x, k: fn(x, k), kind="shape",
-          variants=("function", "method", "inplace", "out"), overlap=None,
+          variants=("function", "method", "inplace", "out"), overlap=None, expanded_write=write_where(zeroed),
           doc=f"The {'lower' if name == 'tril' else 'upper'} triangle of the last two dims (from the ``diagonal``-th "
               "diagonal; 0 is the main one, positive above it), zero elsewhere.")
 
