@@ -746,8 +746,9 @@ def out_grad(op, args, out, result):
     requires grad. Ops
     whose out= form torch's autograd fallback serves (``out_autograd_fallback(args)``: softmax, ...; or
     every form, ``autograd_fallback(args)``: scatter with reduce=)
-    refuse only out tensors that require grad; on inputs that do, the result gets a node whose backward
-    raises (`AUTOGRAD.record_unimplemented`), and the out tensor its history by the copy into it."""
+    refuse only out tensors that are leaves requiring grad (`_leaf_out_requiring_grad`); where an input or a
+    non-leaf out tensor requires grad, the result gets a node whose backward raises
+    (`AUTOGRAD.record_unimplemented`), and the out tensor its history by the copy into it."""
     if AUTOGRAD is None or not AUTOGRAD.is_grad_enabled():
         return result
     inputs = AUTOGRAD.needs_grad(op, args)
@@ -762,9 +763,17 @@ def out_grad(op, args, out, result):
     fallback = op.attrs.get("out_autograd_fallback") or op.attrs.get("autograd_fallback")
     fallback = fallback is not None and fallback(args)
     name = _out_guard_name(op, args)
-    if (inputs and not fallback) or outs_grad:
+    if not fallback or _leaf_out_requiring_grad(out):
         raise _out_guard_error(name, fallback)
-    return AUTOGRAD.record_unimplemented(op, args, result, name) if inputs else result
+    return AUTOGRAD.record_unimplemented(op, args, result, name)
+
+
+def _leaf_out_requiring_grad(out):
+    """Whether an out tensor is a leaf that requires grad: the only one torch's autograd fallback refuses (its
+    check_inplace); a non-leaf one gets the node whose backward raises, as an input that requires grad gives it
+    (fuzz seed 5591419: ``log_softmax(v, -1, out=v)`` of a view ``v`` of a tensor that requires grad)."""
+    return any(isinstance(o, Tensor) and o._requires_grad and o.grad_fn is None
+               for o in (out if isinstance(out, (tuple, list)) else (out,)))
 
 
 def _out_guard_error(name, fallback):
@@ -777,8 +786,7 @@ def _fallback_out_guard(op, args, out):
     (``histogram(halves, 3, out=...)`` with a hist that requires grad: the guard's error, not the kernel's
     NotImplementedError); a composite's own checks come first (``diag`` of 3 dims)."""
     if (AUTOGRAD is not None and AUTOGRAD.is_grad_enabled() and op.attrs["out_autograd_fallback"](args)
-            and any(isinstance(o, Tensor) and o._requires_grad for o in (out if isinstance(out, (tuple, list))
-                                                                          else (out,)))):
+            and _leaf_out_requiring_grad(out)):
         raise _out_guard_error(_out_guard_name(op, args), True)
 
 
