@@ -304,6 +304,14 @@ def needs_grad(op, args):
     return False
 
 
+def needs_grad_inplace(op, args):
+    """Whether an in-place call on ``args[0]`` records: `needs_grad`, and a target whose dtype carries gradients
+    (floating point). torch records nothing for a write into an integer or bool tensor (``b.copy_(x)`` of an
+    ``x`` that requires grad) and asks nothing of the views it is written through: a compiled step refused
+    ``v[0:] = x`` into a view of an expanded bool input, which eager ran (fuzz seed 5590744)."""
+    return args[0].dtype.is_floating_point and needs_grad(op, args)
+
+
 def record(op, args, result, versions=None):
     """Attach a backward node to ``result`` (called after an op ran on tensors requiring grad).
     ``versions``: id -> version counter of inputs as they were before an in-place op wrote them."""

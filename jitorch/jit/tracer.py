@@ -609,7 +609,7 @@ class Tracer:
         autograd = registry.AUTOGRAD
         state = None
         fakes = self.fake_args(op, args)
-        grad = autograd is not None and autograd.needs_grad(op, fakes)
+        grad = autograd is not None and autograd.needs_grad_inplace(op, fakes)
         write = registry.expanded_write(op, fake)
         if write is not None and (grad or write is not registry.write_all):
             # torch writes these element by element into the shared memory (`registry.write_inplace`), where the

@@ -1137,7 +1137,7 @@ def call_inplace(op, args, recorded=False):
         if r is not NotImplemented:
             return r
     before = None
-    if AUTOGRAD is not None and AUTOGRAD.needs_grad(op, args):
+    if AUTOGRAD is not None and AUTOGRAD.needs_grad_inplace(op, args):
         if op.composite is not None and "derivative" not in op.pieces:
             # a composite differentiated through its body (index_reduce_): the body on a copy of self,
             # whose history autograd then has, written back by copy_ (which the body's saved tensors outlive)
