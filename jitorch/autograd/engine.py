@@ -319,7 +319,7 @@ def record(op, args, result, versions=None):
     if versions is None and result.__class__ is Tensor:
         fast = _FAST_RECORDERS.get(op, _UNBUILT)
         if fast is _UNBUILT:
-            fast = _FAST_RECORDERS[op] = _fast_recorder(op)
+            fast = _built_recorder(op)
         if fast is not None:
             return fast(args, result)
     if "nondifferentiable" in op.pieces:
@@ -383,8 +383,14 @@ def recorder(op):
     own frame: `_fast_recorder`'s function where it serves the op, else `record` itself."""
     fast = _FAST_RECORDERS.get(op, _UNBUILT)
     if fast is _UNBUILT:
-        fast = _FAST_RECORDERS[op] = _fast_recorder(op)
+        fast = _built_recorder(op)
     return fast if fast is not None else functools.partial(record, op)
+
+
+def _built_recorder(op):
+    """`_fast_recorder(op)`, kept for the op's later calls (`_FAST_RECORDERS`)."""
+    fast = _FAST_RECORDERS[op] = _fast_recorder(op)
+    return fast
 
 
 def _fast_recorder(op):
