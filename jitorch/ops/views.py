@@ -806,6 +806,11 @@ def _same_buffer(out, x):
 # registers ``window_kernel``): ``WINDOW_KERNEL(dtype, numel, offset, plan, src_strides, mode, init)`` -> a
 # callable of ``(x, src, out)`` arrays, or None where it builds none (the NumPy passes below then run).
 WINDOW_KERNEL = None
+# A copy ("assign") into fewer elements than this runs NumPy's strided copy, not a gather kernel: the kernel's
+# gain is in cache use on large buffers (a transposed read, `codegen.windows`), while building one for a new
+# layout costs LLVM 30-100 ms, which small scatters of new layouts (a view's gradient in eager backward, one
+# per shape) paid each: 4% of the test suite's CPU. Both give the same bits (a copy).
+WINDOW_COPY_MIN_ELEMENTS = 1 << 15
 
 
 def window_plan(numel, size, stride, offset):
@@ -845,7 +850,8 @@ def _window_kernel(out, x, src, size, stride, storage_offset, mode):
     """Run the registered gather kernel of ``mode`` ("add": `_as_strided_add`; "assign": `as_strided_scatter`)
     into the flat ``out``, starting from ``x`` (None: zeros); False where no kernel serves the call."""
     if WINDOW_KERNEL is None or out.dtype not in _WINDOW_DTYPES or src.dtype != out.dtype or src.size == 0 \
-            or any(s % src.itemsize for s in src.strides):
+            or any(s % src.itemsize for s in src.strides) \
+            or (mode == "assign" and out.size < WINDOW_COPY_MIN_ELEMENTS):
         return False
     offset = 0 if storage_offset is None else storage_offset
     plan = window_plan(out.size, size, stride, offset)
@@ -901,7 +907,8 @@ def as_strided_scatter_into(out, x, src, size, stride, storage_offset):
     """`as_strided_scatter` written into ``out``, a C-contiguous array of ``x``'s shape and dtype (its eager
     kernel's new memory, or a compiled graph's arena buffer, which may be ``x``'s own); ``x`` None: zeros (a
     compiled graph's padded input, whose zeros are not filled first). Where the view does not overlap,
-    float32/float64 run the code generator's gather kernel: each element is ``src``'s or ``x``'s, in one pass.
+    float32/float64 of `WINDOW_COPY_MIN_ELEMENTS` or more run the code generator's gather kernel: each element
+    is ``src``'s or ``x``'s, in one pass.
     Otherwise a large scatter whose view does not overlap itself splits across the team along a dim of disjoint
     ranges (`_pieces`); one that overlaps runs whole (which write wins is the whole copy's)."""
     if _window_kernel(out.reshape(-1), x if x is None else x.reshape(-1), src, size, stride, storage_offset,

@@ -20,6 +20,32 @@ from jitorch.jit.executor import EagerStep
 from jitorch.ops import views
 
 
+DEFAULT_COPY_MIN = views.WINDOW_COPY_MIN_ELEMENTS
+
+
+@pytest.fixture(autouse=True)
+def _small_copies_gather_too(monkeypatch):
+    """These tests check the gather kernels on small buffers: copies of every size take them here."""
+    monkeypatch.setattr(views, "WINDOW_COPY_MIN_ELEMENTS", 0)
+
+
+def test_a_copy_below_the_threshold_runs_numpys_copy_and_a_larger_one_the_kernel(kernel_calls, monkeypatch):
+    """A padded copy (``as_strided_scatter`` of a transposed input) into fewer than WINDOW_COPY_MIN_ELEMENTS
+    builds no kernel and gives the kernel's bits; at the threshold the kernel serves it."""
+    monkeypatch.setattr(views, "WINDOW_COPY_MIN_ELEMENTS", DEFAULT_COPY_MIN)
+    rng = np.random.default_rng(3)
+    for channels in (2, DEFAULT_COPY_MIN // 64):  # (C, 8, 8) buffers: below and at the threshold
+        x = np.zeros((channels, 8, 8), np.float32)
+        src = rng.standard_normal((6, 6, channels)).astype(np.float32).transpose(2, 0, 1)
+        size, stride = (channels, 6, 6), (64, 8, 1)
+        out = np.empty_like(x)
+        views.as_strided_scatter_into(out, x, src, size, stride, 9)
+        expected = x.copy()
+        expected[:, 1:7, 1:7] = src
+        np.testing.assert_array_equal(out, expected)
+    assert kernel_calls == [("assign", "copy", True)]
+
+
 @pytest.fixture
 def kernel_calls(monkeypatch):
     """The registered kernel's requests during a test, as ``(mode, init)``, each with whether a kernel served."""
