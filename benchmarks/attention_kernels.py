@@ -3,7 +3,7 @@
 GPT steps: causal float32, one thread.
 
     python benchmarks/attention_kernels.py [--rounds 40] [--reps 20] [--threads 1] [--baseline OLD.py]
-    python benchmarks/attention_kernels.py --in-step [--steps 10] [--threads 1]
+    python benchmarks/attention_kernels.py --in-step [--steps 10] [--threads 1] [--baseline OLD.py]
 
 Each round times ``reps`` calls of each of the four kernels in turn, on the same thread (thread CPU time, so
 other processes' load counts little), and takes each round's ratio jitorch / torch; the table prints the
@@ -29,7 +29,9 @@ line), where by default they lie wherever NumPy's allocations put them; a compil
 (`in_step`): per step, the step's CPU, the attention kernels' and their share of it, and the same calls each
 made again at once on the same arrays (inputs in the cache, outputs written): their ratio is what the step's
 memory costs the kernels, whose inputs other kernels have just pushed out of the cache and whose outputs are
-not in it.
+not in it. With ``--baseline OLD.py`` the steps take turns between these kernels and OLD.py's, built for the
+same calls, and the table gives the median ratio new / old over the pairs of turns: an A/B of two versions
+where a step calls them, in one process.
 """
 
 from __future__ import annotations
@@ -142,49 +144,82 @@ def cases(B, H, T, D, kernel=attention_kernel, layout="contiguous", offset=None)
                 tgo, tq, tk, tv, tout, lse, 0.0, True, scale=scale))
 
 
-def in_step(name, steps=10, threads=1, quick=False):
+def in_step(name, steps=10, threads=1, quick=False, old=None):
     """(step s, attention kernels s, the same calls made again s), CPU per step of benchmarks/models.py's compiled
     training step of ``name`` (a GPT's): the step's, unpatched; the attention kernels' calls as the step makes
     them; and each call made again at once on the same arrays (its outputs written again, the same values), in
-    further steps, whose time it leaves out of the step's."""
+    further steps, whose time it leaves out of the step's. With ``old`` (another version's ``attention_kernel``,
+    as `baseline_kernels` gives it), further steps take turns between this version's kernels and ``old``'s built
+    for the same calls instead: (step s, this version's kernels s, old's s, median ratio this / old over the
+    turns' pairs)."""
     here = str(Path(__file__).parent)
     if here not in sys.path:
         sys.path.insert(0, here)
     import models
+    from jitorch.ops import attention as op
     jitorch.set_num_threads(threads)
     clock = time.thread_time if threads == 1 else time.process_time
-    call = models.system_call("jitorch compiled", name, quick)
-    for _ in range(4):  # (compiles; Adam's first compiled call traces again)
-        call()
-    step = _per_call(call, steps, clock)
-    spent = [0.0, 0.0]
-    run = AttentionKernel.run_tiles
+    registered, run = op.ATTENTION_KERNEL, AttentionKernel.run_tiles
+    olds = {}  # this version's kernel -> old's for the same call
 
-    def twice(kernel, arrays, tiles):
+    def recording(*args):
+        kernel = registered(*args)
+        if kernel is not None:
+            olds[kernel] = old(*args)
+        return kernel
+    # (turn: 0 runs this version's kernels, 1 old's, 2 this version's twice; spent: CPU of this version's, or
+    # in turn 2 of the first calls, then of old's or of the calls made again)
+    turn, spent = [0], [0.0, 0.0]
+
+    def timed(kernel, arrays, tiles):
         start = clock()
-        run(kernel, arrays, tiles)
+        if turn[0] == 1:
+            olds[kernel].run_tiles(arrays, tiles)
+        else:
+            run(kernel, arrays, tiles)
         middle = clock()
-        run(kernel, arrays, tiles)
-        spent[0] += middle - start
-        spent[1] += clock() - middle
-    AttentionKernel.run_tiles = twice
+        spent[1 if turn[0] == 1 else 0] += middle - start
+        if turn[0] == 2:
+            run(kernel, arrays, tiles)
+            spent[1] += clock() - middle
     try:
-        for _ in range(steps):
+        if old is not None:  # (the plans, keyed by the registered function, are then made anew)
+            op.ATTENTION_KERNEL = recording
+        call = models.system_call("jitorch compiled", name, quick)
+        for _ in range(4):  # (compiles; Adam's first compiled call traces again)
             call()
+        step = _per_call(call, steps, clock)
+        AttentionKernel.run_tiles = timed
+        if old is None:
+            turn[0] = 2
+            for _ in range(steps):
+                call()
+            return step, spent[0] / steps, spent[1] / steps
+        pairs = []
+        for n in range(steps + 1):  # (the first pair runs old's kernels once untimed)
+            pair = []
+            for side in (0, 1):
+                turn[0], before = side, spent[side]
+                call()
+                pair.append(spent[side] - before)
+            if n:
+                pairs.append(pair)
+        return (step, statistics.median(a for a, _ in pairs), statistics.median(b for _, b in pairs),
+                statistics.median(a / b for a, b in pairs))
     finally:
-        AttentionKernel.run_tiles = run
-    return step, spent[0] / steps, spent[1] / steps
+        op.ATTENTION_KERNEL, AttentionKernel.run_tiles = registered, run
 
 
-def print_in_step(args):
+def print_in_step(args, old=None):
     """``--in-step``'s table; returns {model: `in_step`'s figures}."""
     results = {}
-    print(f"{'model':10s} {'step ms':>8s} {'attention ms':>12s} {'share':>6s} {'again ms':>9s} {'called/again':>12s}"
-          f"  ({args.threads} thread{'s' if args.threads > 1 else ''})")
+    print(f"{'model':10s} {'step ms':>8s} {'attention ms':>12s} {'share':>6s} "
+          + (f"{'old ms':>9s} {'new/old':>8s}" if old else f"{'again ms':>9s} {'called/again':>12s}")
+          + f"  ({args.threads} thread{'s' if args.threads > 1 else ''})")
     for name, *_ in SHAPES:
-        step, kernels, again = results[name] = in_step(name, args.steps, args.threads, args.quick)
-        print(f"{name:10s} {step * 1e3:8.2f} {kernels * 1e3:12.3f} {kernels / step:6.1%} {again * 1e3:9.3f} "
-              f"{kernels / again:12.2f}")
+        step, kernels, other, *ratio = results[name] = in_step(name, args.steps, args.threads, args.quick, old)
+        print(f"{name:10s} {step * 1e3:8.2f} {kernels * 1e3:12.3f} {kernels / step:6.1%} {other * 1e3:9.3f} "
+              + (f"{ratio[0]:8.3f}" if old else f"{kernels / other:12.2f}"))
     return results
 
 
@@ -210,7 +245,7 @@ def main(argv=None):
     if args.offset is not None and (args.offset % 4 or not 0 <= args.offset < 64):
         parser.error(f"--offset must be a multiple of 4 in [0, 64), got {args.offset}")
     if args.in_step:
-        return print_in_step(args)
+        return print_in_step(args, baseline_kernels(args.baseline) if args.baseline else None)
     results = {}
     torch.set_num_threads(args.threads)
     jitorch.set_num_threads(args.threads)

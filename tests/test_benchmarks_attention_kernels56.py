@@ -43,3 +43,22 @@ def test_in_step_times_the_kernels_as_a_compiled_step_calls_them_and_again(monke
     # twice each in the timed step; the run_tiles it found is back in place after
     assert len(calls) == 2 * 4 * (4 + 1 + 2)
     assert AttentionKernel.run_tiles is counting
+
+
+def test_in_step_with_a_baseline_takes_turns_between_the_two_versions_kernels(monkeypatch):
+    """Each call the step makes runs this version's kernel in one turn and the baseline's, built for the same
+    call, in the next; the registered kernel function is back in place after."""
+    from jitorch.ops import attention as op
+    bench = load_script(SCRIPT, "attention_kernels_benchmark56_turns")
+    old = bench.baseline_kernels(Path(__file__).parents[1] / "jitorch" / "codegen" / "attention.py")
+    ours, theirs = [], []
+    for kernels, seen in ((AttentionKernel, ours), (old.__globals__["AttentionKernel"], theirs)):
+        run = kernels.run_tiles
+        monkeypatch.setattr(kernels, "run_tiles", lambda *args, run=run, seen=seen: seen.append(args[2]) or run(*args))
+    registered = op.ATTENTION_KERNEL
+    step, new_s, old_s, ratio = bench.in_step("gpt-4x128", steps=1, quick=True, old=old)
+    assert 0 < new_s < step and old_s > 0 and ratio > 0
+    # 4 layers, a forward and a backward each: 4 warm-up steps, the unpatched one and this version's 2 turns;
+    # old's 2 turns (the first untimed)
+    assert (len(ours), len(theirs)) == (2 * 4 * (4 + 1 + 2), 2 * 4 * 2)
+    assert op.ATTENTION_KERNEL is registered
