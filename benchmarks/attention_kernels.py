@@ -145,13 +145,13 @@ def cases(B, H, T, D, kernel=attention_kernel, layout="contiguous", offset=None)
 
 
 def in_step(name, steps=10, threads=1, quick=False, old=None):
-    """(step s, attention kernels s, the same calls made again s), CPU per step of benchmarks/models.py's compiled
-    training step of ``name`` (a GPT's): the step's, unpatched; the attention kernels' calls as the step makes
-    them; and each call made again at once on the same arrays (its outputs written again, the same values), in
-    further steps, whose time it leaves out of the step's. With ``old`` (another version's ``attention_kernel``,
-    as `baseline_kernels` gives it), further steps take turns between this version's kernels and ``old``'s built
-    for the same calls instead: (step s, this version's kernels s, old's s, median ratio this / old over the
-    turns' pairs)."""
+    """{direction: (attention kernels s, the same calls made again s)} and the step's s, CPU per step of
+    benchmarks/models.py's compiled training step of ``name`` (a GPT's): the step's, unpatched; each direction's
+    kernel calls as the step makes them; and each call made again at once on the same arrays (its outputs
+    written again, the same values), in further steps, whose time it leaves out of the step's. With ``old``
+    (another version's ``attention_kernel``, as `baseline_kernels` gives it), further steps take turns between
+    this version's kernels and ``old``'s built for the same calls instead: {direction: (this version's s, old's
+    s, median ratio this / old over the turns' pairs)}."""
     here = str(Path(__file__).parent)
     if here not in sys.path:
         sys.path.insert(0, here)
@@ -167,21 +167,22 @@ def in_step(name, steps=10, threads=1, quick=False, old=None):
         if kernel is not None:
             olds[kernel] = old(*args)
         return kernel
-    # (turn: 0 runs this version's kernels, 1 old's, 2 this version's twice; spent: CPU of this version's, or
-    # in turn 2 of the first calls, then of old's or of the calls made again)
-    turn, spent = [0], [0.0, 0.0]
+    # (turn: 0 runs this version's kernels, 1 old's, 2 this version's twice; spent[direction]: CPU of this
+    # version's, or in turn 2 of the first calls, then of old's or of the calls made again)
+    turn, spent = [0], {"forward": [0.0, 0.0], "backward": [0.0, 0.0]}
 
     def timed(kernel, arrays, tiles):
+        into = spent["backward" if len(arrays) == 8 else "forward"]
         start = clock()
         if turn[0] == 1:
             olds[kernel].run_tiles(arrays, tiles)
         else:
             run(kernel, arrays, tiles)
         middle = clock()
-        spent[1 if turn[0] == 1 else 0] += middle - start
+        into[1 if turn[0] == 1 else 0] += middle - start
         if turn[0] == 2:
             run(kernel, arrays, tiles)
-            spent[1] += clock() - middle
+            into[1] += clock() - middle
     try:
         if old is not None:  # (the plans, keyed by the registered function, are then made anew)
             op.ATTENTION_KERNEL = recording
@@ -194,32 +195,34 @@ def in_step(name, steps=10, threads=1, quick=False, old=None):
             turn[0] = 2
             for _ in range(steps):
                 call()
-            return step, spent[0] / steps, spent[1] / steps
-        pairs = []
+            return {d: (first / steps, again / steps) for d, (first, again) in spent.items()}, step
+        pairs = {d: [] for d in spent}
         for n in range(steps + 1):  # (the first pair runs old's kernels once untimed)
-            pair = []
+            before = {d: list(times) for d, times in spent.items()}
             for side in (0, 1):
-                turn[0], before = side, spent[side]
+                turn[0] = side
                 call()
-                pair.append(spent[side] - before)
             if n:
-                pairs.append(pair)
-        return (step, statistics.median(a for a, _ in pairs), statistics.median(b for _, b in pairs),
-                statistics.median(a / b for a, b in pairs))
+                for d, times in spent.items():
+                    pairs[d].append([times[side] - before[d][side] for side in (0, 1)])
+        return {d: (statistics.median(a for a, _ in p), statistics.median(b for _, b in p),
+                    statistics.median(a / b for a, b in p)) for d, p in pairs.items()}, step
     finally:
         op.ATTENTION_KERNEL, AttentionKernel.run_tiles = registered, run
 
 
 def print_in_step(args, old=None):
-    """``--in-step``'s table; returns {model: `in_step`'s figures}."""
+    """``--in-step``'s table; returns {(model, direction): `in_step`'s figures, with the step's s last}."""
     results = {}
-    print(f"{'model':10s} {'step ms':>8s} {'attention ms':>12s} {'share':>6s} "
+    print(f"{'model':10s} {'direction':9s} {'step ms':>8s} {'attention ms':>12s} {'share':>6s} "
           + (f"{'old ms':>9s} {'new/old':>8s}" if old else f"{'again ms':>9s} {'called/again':>12s}")
           + f"  ({args.threads} thread{'s' if args.threads > 1 else ''})")
     for name, *_ in SHAPES:
-        step, kernels, other, *ratio = results[name] = in_step(name, args.steps, args.threads, args.quick, old)
-        print(f"{name:10s} {step * 1e3:8.2f} {kernels * 1e3:12.3f} {kernels / step:6.1%} {other * 1e3:9.3f} "
-              + (f"{ratio[0]:8.3f}" if old else f"{kernels / other:12.2f}"))
+        figures, step = in_step(name, args.steps, args.threads, args.quick, old)
+        for direction, (kernels, other, *ratio) in figures.items():
+            results[name, direction] = (kernels, other, *ratio, step)
+            print(f"{name:10s} {direction:9s} {step * 1e3:8.2f} {kernels * 1e3:12.3f} {kernels / step:6.1%} "
+                  f"{other * 1e3:9.3f} " + (f"{ratio[0]:8.3f}" if old else f"{kernels / other:12.2f}"))
     return results
 
 

@@ -37,8 +37,9 @@ def test_in_step_times_the_kernels_as_a_compiled_step_calls_them_and_again(monke
     run = AttentionKernel.run_tiles
     monkeypatch.setattr(AttentionKernel, "run_tiles", lambda *args: calls.append(args[2]) or run(*args))
     counting = AttentionKernel.run_tiles
-    step, kernels, again = bench.in_step("gpt-4x128", steps=1, quick=True)
-    assert 0 < kernels < step and again > 0
+    figures, step = bench.in_step("gpt-4x128", steps=1, quick=True)
+    assert set(figures) == {"forward", "backward"}
+    assert all(0 < kernels < step and again > 0 for kernels, again in figures.values())
     # a forward and a backward call per layer (4) in each of the 4 warm-up steps and the unpatched step, then
     # twice each in the timed step; the run_tiles it found is back in place after
     assert len(calls) == 2 * 4 * (4 + 1 + 2)
@@ -56,8 +57,9 @@ def test_in_step_with_a_baseline_takes_turns_between_the_two_versions_kernels(mo
         run = kernels.run_tiles
         monkeypatch.setattr(kernels, "run_tiles", lambda *args, run=run, seen=seen: seen.append(args[2]) or run(*args))
     registered = op.ATTENTION_KERNEL
-    step, new_s, old_s, ratio = bench.in_step("gpt-4x128", steps=1, quick=True, old=old)
-    assert 0 < new_s < step and old_s > 0 and ratio > 0
+    figures, step = bench.in_step("gpt-4x128", steps=1, quick=True, old=old)
+    assert set(figures) == {"forward", "backward"}
+    assert all(0 < new_s < step and old_s > 0 and ratio > 0 for new_s, old_s, ratio in figures.values())
     # 4 layers, a forward and a backward each: 4 warm-up steps, the unpatched one and this version's 2 turns;
     # old's 2 turns (the first untimed)
     assert (len(ours), len(theirs)) == (2 * 4 * (4 + 1 + 2), 2 * 4 * 2)
