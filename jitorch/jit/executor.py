@@ -711,7 +711,7 @@ def lifetimes(graph, steps, reads=None):
 def _step_reads(steps):
     """Each step's ``reads()``, asked once for the scans of one pass over the steps that change none of them: an
     eager step's are made anew at each asking (2,300 askings in the gpt-4x128 step's compile, 57,000 in generate's;
-    1,200 and 31,000 now)."""
+    1,200 and 26,000 now)."""
     return [step.reads() for step in steps]
 
 
@@ -1080,8 +1080,6 @@ def read_windows_in_place(graph, steps, layouts):
             if geo is not None and geo[0] not in layouts and geo[0].type.dtype == step.outputs[0].type.dtype:
                 copies[step.outputs[0]] = (geo[0], geo[1:])
                 made[step.outputs[0]] = step
-    if not copies:  # (no convolution's windows: the lifetimes and readers below were 7 ms of the GPT step's compile)
-        return steps
     transposes = {}  # a copy's transpose -> (the copy, its step)
     for step in steps:
         if type(step) is EagerStep and len(step.nodes) == 1 and step.nodes[0].op.name == "transpose" \
@@ -1109,6 +1107,8 @@ def read_windows_in_place(graph, steps, layouts):
             continue
         step.windows[b] = (*copies[copy], transposed, True)
         in_place.setdefault(copy, []).append(step)
+    if not in_place:  # (no product reads a window copy, as in a model without convolutions: nothing to scan for)
+        return steps
     reads = _step_reads(steps)
     _, _, escaping = lifetimes(graph, steps, reads)
     readers = {}

@@ -12,7 +12,7 @@ from jitorch.jit import executor
 def test_the_compile_asks_each_steps_reads_once_per_scan(monkeypatch):
     """The memory plan and the passes folding copies, biases and windows into their readers each asked every step's
     reads two or three times (an eager step's are made anew at each asking: 2,300 askings in the gpt-4x128 step's
-    compile, 57,000 in generate's; 1,200 and 31,000 now): now once per pass over the steps, and once more in
+    compile, 57,000 in generate's; 1,200 and 26,000 now): now once per pass over the steps, and once more in
     `fold_writers_into_cats`, whose steps' reads the copies just folded changed."""
     asked = {}
     for cls in (executor.EagerStep, executor.KernelStep):
