@@ -1,6 +1,7 @@
 """Compile latency of a nanoGPT training step (forward + backward + AdamW in one compiled function).
 
     python benchmarks/compile_latency.py [--layers 4] [--profile out.prof] [--repeat 5] [--threads 1] [--stages] [--steady N]
+                                         [--baseline /work/main]
 
 Times the first call with an empty disk kernel cache (cold) and the second and third calls, then
 the first call in a new process over the disk cache the first process filled (warm), in ``--repeat``
@@ -12,7 +13,10 @@ shared machine and cost that run 0.1-0.3 s of CPU more than the step's work on o
 ``--steady N`` compiles the step anew N times in one process instead (`steady`), for how compile work grows with
 --layers. ``--stages`` prints where each warm first call's CPU time went (`STAGES`, and the cyclic collector's passes
 inside them), measured without a profiler (cProfile inflates the Python-heavy stages 3-5x and the native ones not at
-all); each warm process's line, then their medians.
+all); each warm process's line, then their medians. ``--baseline DIR`` (another checkout of jitorch: the code before a
+change) times its warm first calls too, each process of the baseline's after one of this tree's, over the same cache
+folder (its first process, whose kernels' keys may differ from this tree's, fills its entries and is not counted), and
+prints both trees' medians side by side: the machine's load then falls on both alike.
 """
 
 from __future__ import annotations
@@ -155,6 +159,36 @@ def measure(layers, profile=None, threads=1, stages=None):
     return first, second, third, float(loss1), float(loss2), float(loss3)
 
 
+def warm_process(args, root=None):
+    """The JSON report of one warm first call, in a new process of this script (of the checkout ``root``'s, run
+    there, where given)."""
+    script = __file__ if root is None else os.path.join(root, "benchmarks", "compile_latency.py")
+    command = [sys.executable, script, "--warm", "--layers", str(args.layers), "--threads", str(args.threads)]
+    if args.profile_warm and root is None:
+        command += ["--profile-warm", args.profile_warm]
+    if args.stages:
+        command.append("--stages")
+    env = None if root is None else dict(os.environ, PYTHONPATH=root)
+    out = subprocess.run(command, check=True, capture_output=True, text=True, cwd=root, env=env).stdout
+    return json.loads(out.splitlines()[-1])
+
+
+def print_compared(reports, baseline):
+    """This tree's and the baseline's warm first calls (CPU ms by stage where timed, else the whole call): medians."""
+    print(f"warm first calls, CPU ms, medians of {len(reports)} processes each, interleaved "
+          f"(baseline / this tree / ratio):")
+    # (the stages both trees time: the baseline's script may time others)
+    labels = [label for label in stage_labels() if reports[0]["stages"] and baseline[0]["stages"]
+              and label in reports[0]["stages"] and label in baseline[0]["stages"]] + ["whole first call"]
+
+    def value(report, label):
+        return report["first"] if label == "whole first call" else report["stages"][label]
+    for label in labels:
+        old = statistics.median(value(r, label) for r in baseline) * 1e3
+        new = statistics.median(value(r, label) for r in reports) * 1e3
+        print(f"  {label:<38}{old:7.0f}{new:7.0f}   {new / old if old else float('nan'):5.2f}")
+
+
 def print_stages(reports):
     """Each warm first call's stage times (CPU ms), one column per process, and their medians."""
     print("warm first calls, CPU ms by stage (one column per process; median last):")
@@ -195,6 +229,8 @@ def main(argv=None):
     parser.add_argument("--stages", action="store_true", help="where each warm first call's CPU time went")
     parser.add_argument("--steady", type=int, metavar="N",
                         help="instead: the least CPU ms by stage over N new compilations in one process")
+    parser.add_argument("--baseline", metavar="DIR",
+                        help="another checkout of jitorch whose warm first calls are timed in turn with this tree's")
     parser.add_argument("--warm", action="store_true", help=argparse.SUPPRESS)  # the second process
     args = parser.parse_args(argv)
     if args.steady:
@@ -209,15 +245,17 @@ def main(argv=None):
         return
     os.environ["JITORCH_CACHE_DIR"] = tempfile.mkdtemp(prefix="jitorch-cold-")
     cold, second, third, *losses = measure(args.layers, args.profile, args.threads)
-    command = [sys.executable, __file__, "--warm", "--layers", str(args.layers), "--threads", str(args.threads)]
-    if args.profile_warm:
-        command += ["--profile-warm", args.profile_warm]
-    if args.stages:
-        command.append("--stages")
-    reports = [json.loads(subprocess.run(command, check=True, capture_output=True, text=True).stdout.splitlines()[-1])
-               for _ in range(max(1, args.repeat))]
+    baseline, reports = [], []
+    if args.baseline:
+        warm_process(args, args.baseline)  # (its kernels' entries, where its keys are not this tree's)
+    for _ in range(max(1, args.repeat)):
+        reports.append(warm_process(args))
+        if args.baseline:
+            baseline.append(warm_process(args, args.baseline))
     if args.stages:
         print_stages(reports)
+    if baseline:
+        print_compared(reports, baseline)
     warm = sorted(r["first"] for r in reports)
     spread = f" (median of {len(warm)}; min {warm[0]:.3f}s)" if len(warm) > 1 else ""
     print(f"layers {args.layers}: cold first {cold:.2f}s, second {second:.2f}s, third {third:.3f}s, "

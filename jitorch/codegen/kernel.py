@@ -1781,7 +1781,9 @@ def build_many(requests, cache=None):
     if not isinstance(cache, KernelCache):  # (an export's artifacts count every get as a kernel of theirs)
         cache = None
     signed = [_signature(group, aliases, layouts) for group, _, aliases, layouts in requests]
-    known = any(_memo_key(None, d) in _built for d, _, _ in signed if d is not None)
+    # (a process that has built no kernel's IR yet, as one compiling over a warm cache, asks nothing: each question
+    # hashes a group's whole description, 4,763 of them in generate's first build)
+    known = bool(_built) and any(_memo_key(None, d) in _built for d, _, _ in signed if d is not None)
     # (one group's IR is quick to build: a graph of one kernel keeps the single entry of its object code)
     if cache is None or known or len(signed) < 2 or any(d is None for d, _, _ in signed):
         return [built_or_refused(request) for request in requests]
