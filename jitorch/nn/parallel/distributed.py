@@ -180,9 +180,11 @@ class DistributedDataParallel(Module):
                 dist.broadcast(t.data, src=self._src, group=self.process_group)
 
     @staticmethod
-    def _bucketed(params, first_cap, cap, dtype_of):
+    def _bucketed(params, first_cap, cap, dtype_of=None):
         """Buckets of at most ``cap`` bytes, the first of at most ``first_cap`` (as torch: the last layers'
-        gradients, ready first, start communicating early), each of one dtype (``dtype_of`` a parameter)."""
+        gradients, ready first, start communicating early), each of one dtype (``dtype_of`` a parameter: by
+        default its own)."""
+        dtype_of = dtype_of or (lambda p: p.dtype)
         buckets, current, size = [], [], 0
         for p in params:
             limit = first_cap if not buckets else cap
