@@ -7,6 +7,12 @@
   process on the whole batch (to float32 noise, and unlike float64), gradients reduced in float16 are
   float16 values, buffers are cast, and ``no_sync`` accumulates the copies' gradients.
 
+- The fused lane (`collectives._Fused`): a tensor of 8 KB all-reduced again takes it after two calls (its
+  agreement and data in one MPI all-reduce, no other started), values against NumPy at every call, with calls
+  between that agree through it (a broadcast of the same dtype and shape, a 12-byte and a one-element
+  all-reduce, a non-contiguous tensor of the hot signature, async, AVG of float64, int32); disagreements in it
+  (another shape, another op, another collective on one rank) raise on every rank naming each rank's call, the
+  tensor unwritten, and the group goes on.
 - ``monitored_barrier``: passes when every rank calls it; on rank 0, names the rank that did not call it within
   the timeout (the first such rank, or with ``wait_all_ranks=True`` every one), while a rank that did call it
   raises once its group's timeout passes without rank 0's answer; nothing is left pending (the ranks then meet
@@ -22,6 +28,7 @@ import jitorch as jt
 import jitorch.distributed as dist
 from checking import Counting, check, raises
 from jitorch import nn
+from jitorch.distributed import collectives
 from jitorch.distributed.process_group import resolve
 from jitorch.nn.parallel import DistributedDataParallel as DDP
 from jitorch.nn.parallel.distributed import _MixedPrecision
@@ -29,6 +36,75 @@ from jitorch.nn.parallel.distributed import _MixedPrecision
 dist.init_process_group(timeout=datetime.timedelta(seconds=60))
 rank, size = dist.get_rank(), dist.get_world_size()
 assert size == 3
+
+
+def fused_checks():
+    pg = resolve(None)
+    plain = pg.comm
+    pg.comm = counting = Counting(plain)
+    blocks = collectives._blocks(pg)
+
+    def summed(t, values, op=dist.ReduceOp.SUM):
+        """All-reduce rank r's ``values(r)`` in ``t``; check against NumPy."""
+        t.copy_(jt.from_numpy(values(rank)))
+        expected = np.sum([values(r) for r in range(size)], axis=0)
+        dist.all_reduce(t, op=op)
+        check(t, expected / size if op == dist.ReduceOp.AVG else expected)
+
+    def call(r, k=0):
+        return (np.arange(2048) % 89 + 10 * r + k).astype(np.float32)
+
+    hot = jt.zeros(2048)
+    for k in range(2):
+        summed(hot, lambda r: call(r, k))
+    assert blocks.lane.fused and blocks.lane.header == blocks.plans[(hot.dtype, hot._shape, dist.ReduceOp.SUM)].header
+    started = counting.all_reduces
+    for k in range(3):
+        summed(hot, lambda r: call(r, k))
+    assert counting.all_reduces == started and blocks.lane.fused  # (one MPI all-reduce, the lane's, per call)
+    small, scalar, same = jt.zeros(3), jt.zeros(()), jt.zeros(2048)
+    for between in range(8):
+        if between == 0:  # the same dtype and shape, another collective: agrees in the lane
+            same.fill_(float(rank))
+            dist.broadcast(same, src=1)
+            check(same, np.ones(2048))
+        elif between == 1:  # 12 bytes: agreed in the lane, then an MPI all-reduce of their own
+            summed(small, lambda r: np.full(3, r + 1.0, np.float32))
+        elif between == 2:
+            summed(scalar, lambda r: np.array(r + 1.0, np.float32))
+        elif between == 3:  # the hot signature in a non-contiguous tensor: a contiguous copy through the lane
+            strided = jt.zeros(4096)[::2]
+            summed(strided, lambda r: call(r, 5))
+        elif between == 4:  # another shape on rank 2: every rank raises, the tensors unwritten
+            before = hot.clone()
+            raises("rank 0: all_reduce(float32[2048]); rank 1: all_reduce(float32[2048]); rank 2: "
+                   "all_reduce(float32[2049])", lambda: dist.all_reduce(hot if rank < 2 else jt.ones(2049)))
+            check(hot, before.numpy())
+        elif between == 5:  # another op on rank 1
+            raises("the ranks disagree on the reduce op: rank 0: all_reduce(float32[2048], SUM); rank 1: "
+                   "all_reduce(float32[2048], MAX)",
+                   lambda: dist.all_reduce(hot, op=dist.ReduceOp.MAX if rank == 1 else dist.ReduceOp.SUM))
+        elif between == 6:  # another collective on rank 0
+            raises("rank 0: broadcast(float32[2048]); rank 1: all_reduce(float32[2048]); rank 2: "
+                   "all_reduce(float32[2048])",
+                   lambda: dist.broadcast(hot, src=0) if rank == 0 else dist.all_reduce(hot))
+        elif between == 7:  # async: done when it returns, its work handle's wait() a no-op
+            hot.copy_(jt.from_numpy(call(rank, 7)))
+            dist.all_reduce(hot, async_op=True).wait()
+            check(hot, np.sum([call(r, 7) for r in range(size)], axis=0))
+        assert not blocks.lane.fused or between in (3, 7)  # (the hot signature keeps the group there)
+        for k in range(3):
+            summed(hot, lambda r: call(r, between + k))
+        assert blocks.lane.fused
+    # other dtypes and AVG: float64 averaged, int32 summed, each in its own fused lane
+    wide, whole = jt.zeros(1024, dtype=jt.float64), jt.zeros(4096, dtype=jt.int32)
+    for k in range(3):
+        summed(wide, lambda r: np.linspace(r, r + k + 1, 1024), dist.ReduceOp.AVG)
+        assert blocks.lane.fused or k == 0
+    for k in range(3):
+        summed(whole, lambda r: (np.arange(4096) * (r + 1) + k).astype(np.int32))
+    assert blocks.lane.fused and len(blocks.fused) == 3
+    pg.comm = plain
 
 
 def monitored_barrier_checks():
@@ -174,6 +250,7 @@ def mixed_precision_checks():
     check.passed += 1
 
 
+fused_checks()
 monitored_barrier_checks()
 skip_checks()
 mixed_precision_checks()

@@ -1,6 +1,6 @@
-"""Session 56: ``monitored_barrier``, DDP's ``skip_all_reduce_unused_params`` and ``mixed_precision``
-(dist56_check.py on 3 ranks), and torchrun's log options in the launcher (``--log-dir``, ``--redirects``,
-``--tee``, ``--local-ranks-filter``)."""
+"""Session 56: the fused lane (an all-reduce's agreement and data in one MPI all-reduce), ``monitored_barrier``,
+DDP's ``skip_all_reduce_unused_params`` and ``mixed_precision`` (dist56_check.py on 3 ranks), and torchrun's log
+options in the launcher (``--log-dir``, ``--redirects``, ``--tee``, ``--local-ranks-filter``)."""
 
 import os
 import re
@@ -14,12 +14,12 @@ from jitorch.distributed.run import parse_args
 from .test_collectives import ROOT, launch
 
 
-def test_monitored_barrier_and_ddps_skip_and_mixed_precision_on_three_ranks():
+def test_fused_lane_monitored_barrier_and_ddps_skip_and_mixed_precision_on_three_ranks():
     done = launch(3, "dist56_check.py")
     assert done.returncode == 0, done.stdout + done.stderr
     counts = dict(re.findall(r"rank (\d) of 3: (\d+) checks passed", done.stdout))
     # rank 0 raises in the monitored barriers the others skip: 3 checks more than rank 2's, 2 more than rank 1's
-    assert counts == {"0": "12", "1": "10", "2": "9"}, done.stdout
+    assert counts == {"0": "56", "1": "54", "2": "53"}, done.stdout
 
 
 SCRIPT = "import os, sys\nr = os.environ['LOCAL_RANK']\nprint(f'out {r}')\nprint(f'err {r}', file=sys.stderr)\n"
