@@ -97,12 +97,12 @@ def fused_checks():
             summed(hot, lambda r: call(r, between + k))
         assert blocks.lane.fused
     # other dtypes and AVG: float64 averaged, int32 summed, each in its own fused lane
-    wide, whole = jt.zeros(1024, dtype=jt.float64), jt.zeros(4096, dtype=jt.int32)
+    wide, whole = jt.zeros(1024, dtype=jt.float64), jt.zeros(2048, dtype=jt.int32)
     for k in range(3):
         summed(wide, lambda r: np.linspace(r, r + k + 1, 1024), dist.ReduceOp.AVG)
         assert blocks.lane.fused or k == 0
     for k in range(3):
-        summed(whole, lambda r: (np.arange(4096) * (r + 1) + k).astype(np.int32))
+        summed(whole, lambda r: (np.arange(2048) * (r + 1) + k).astype(np.int32))
     assert blocks.lane.fused and len(blocks.fused) == 3
     pg.comm = plain
 
