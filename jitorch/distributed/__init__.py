@@ -30,6 +30,5 @@ __all__ = ["GroupMember", "ProcessGroup", "ReduceOp", "Work", "all_gather", "all
            "destroy_process_group", "gather", "gather_object", "get_backend", "get_node_local_rank", "get_rank",
            "get_world_size", "group", "init_process_group", "irecv", "is_available", "is_gloo_available",
            "is_initialized", "is_mpi_available", "is_nccl_available", "is_torchelastic_launched", "isend",
-           "monitored_barrier", "new_group",
-           "recv", "recv_object_list", "reduce", "reduce_scatter_tensor", "scatter", "scatter_object_list", "send",
-           "send_object_list"]
+           "monitored_barrier", "new_group", "recv", "recv_object_list", "reduce", "reduce_scatter_tensor", "scatter",
+           "scatter_object_list", "send", "send_object_list"]

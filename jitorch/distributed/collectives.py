@@ -8,7 +8,8 @@ would hang or mix data), on CUDA tensors through NCCL too. An all-reduce of a CP
 block (`INLINE`) travels in it, so the check and the data take one message, and is reduced from the gathered
 blocks once the check has passed; all-reduces of up to `WIDE_INLINE` bytes given in a row move the group to a
 lane of wider blocks, where theirs do too, and larger ones to a lane of blocks little more than the header
-(`_Blocks`). The check is every call's, but what an all-reduce's
+(`_Blocks`), or, for sums of up to `FUSED_MAX` bytes of one signature, to a lane where one MPI all-reduce
+carries both the check and the data (`_Fused`). The check is every call's, but what an all-reduce's
 signature needs is worked out once per group (`_Plan`), and MPI's schedules are built once: the all-gathers are
 persistent (`_Lane`), as is the all-reduce of a tensor given again (`_Plan`).
 Contiguous tensors are MPI's buffers themselves; others go through a contiguous copy.
@@ -280,12 +281,7 @@ class _Lane:
             self.written = header
         if self.persistent is None:
             return self.comm.Iallgather(self.mine, self.everyone)
-        if self.running:
-            raise RuntimeError("jitorch.distributed: an earlier collective on this group never finished (it timed "
-                               "out or was interrupted): the group cannot be used")
-        self.persistent.Start()
-        self.running = True
-        return self.persistent
+        return _restarted(self)
 
     def agree(self, header, request, what):
         """Wait for the all-gather of ``header`` (``request``, started by `start`); RuntimeError naming each rank's
@@ -328,6 +324,17 @@ class _Lane:
         if self.persistent is not None and not self.running:
             self.persistent.Free()
         self.persistent = None
+
+
+def _restarted(lane):
+    """``lane``'s persistent collective started again (and marked running, until its wait sees it finished); its
+    request. RuntimeError when it is still running: a call timed out or was interrupted in it."""
+    if lane.running:
+        raise RuntimeError("jitorch.distributed: an earlier collective on this group never finished (it timed out "
+                           "or was interrupted): the group cannot be used")
+    lane.persistent.Start()
+    lane.running = True
+    return lane.persistent
 
 
 class _Blocks:
@@ -475,12 +482,7 @@ class _Fused:
     def start(self, header):
         """Write ``header``'s check and start the all-reduce; its request (`_Lane.start`'s part)."""
         self.check[:] = self.checked(header)[0]
-        if self.running:
-            raise RuntimeError("jitorch.distributed: an earlier collective on this group never finished (it timed "
-                               "out or was interrupted): the group cannot be used")
-        self.persistent.Start()
-        self.running = True
-        return self.persistent
+        return _restarted(self)
 
     def agree(self, header, request, what):
         """Wait for the all-reduce of ``header``'s check (started by `start`); RuntimeError naming each rank's
@@ -506,13 +508,7 @@ class _Fused:
         if plan.header == self.header:
             self.check[:] = self.mine
             self.data[...] = array
-            if self.running:
-                raise RuntimeError("jitorch.distributed: an earlier collective on this group never finished (it "
-                                   "timed out or was interrupted): the group cannot be used")
-            request = self.persistent
-            request.Start()
-            self.running = True
-            wait(request, self.timeout, what)
+            wait(_restarted(self), self.timeout, what)
             self.running = False
             if self.check.tobytes() != self.summed:  # (a memoryview compared with bytes: 20x slower)
                 self.disagree(self.header, what)
