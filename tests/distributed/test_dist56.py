@@ -11,6 +11,7 @@ import pytest
 
 from jitorch.distributed.run import parse_args
 
+from .checking import world_of_one
 from .test_collectives import ROOT, launch
 
 
@@ -56,3 +57,19 @@ def test_log_options_parse_as_torchruns(capsys):
     with pytest.raises(SystemExit):
         parse_args(["--hosts", "a,b", "--tee", "3", "x.py"])
     assert "start a launcher on each node instead" in capsys.readouterr().err
+
+
+def test_mixed_precision_in_a_compiled_step_is_refused_not_traced():
+    code = ("import jitorch as jt, jitorch.distributed as dist\n"
+            "from jitorch.nn.parallel import DistributedDataParallel as DDP\n"
+            "from jitorch.nn.parallel.distributed import _MixedPrecision\n"
+            "dist.init_process_group()\n"
+            "ddp = DDP(jt.nn.Linear(3, 2).double(), mixed_precision=_MixedPrecision(param_dtype=jt.float32))\n"
+            "step = jt.compile(lambda x: ddp(x).sum().backward())\n"
+            "try:\n"
+            "    step(jt.ones(4, 3, dtype=jt.float64))\n"
+            "except NotImplementedError as error:\n"
+            "    print(error)\n")
+    done = world_of_one(code)
+    assert "DistributedDataParallel(mixed_precision=) inside jitorch.compile" in done.stdout, \
+        done.stdout + done.stderr
