@@ -457,7 +457,7 @@ class _Fused:
 
     def __init__(self, plan, blocks):
         pg = plan.pg
-        self.pg, self.blocks, self.header, self.timeout = pg, blocks, plan.header, pg.timeout
+        self.pg, self.blocks, self.plan, self.header, self.timeout = pg, blocks, plan, plan.header, pg.timeout
         self.size, self.dtype = pg.size(), plan.array_dtype
         self.buffer = np.zeros(2 * 8 * _HEADER + plan.nbytes // self.dtype.itemsize, self.dtype)
         self.check = memoryview(self.buffer).cast("B")[:2 * 8 * _HEADER * self.dtype.itemsize]
@@ -505,21 +505,28 @@ class _Fused:
         lane's all-reduce when ``plan`` is its signature (AVG summed: the caller divides), returning None; else
         the call agreed on here, the group settled in another lane, and MPI's all-reduce of ``array`` started
         and returned."""
-        if plan.header == self.header:
-            self.check[:] = self.mine
-            self.data[...] = array
-            wait(_restarted(self), self.timeout, what)
-            self.running = False
-            if self.check.tobytes() != self.summed:  # (a memoryview compared with bytes: 20x slower)
-                self.disagree(self.header, what)
-            array[...] = self.data
-            return None
-        self.agree(plan.header, self.start(plan.header), what)
-        self.blocks.settle(plan.kind, plan)
-        return self.pg.comm.Iallreduce(mpi().IN_PLACE, array, op_of(plan.op.value, array.dtype))
+        if plan.header != self.header:
+            self.agree(plan.header, self.start(plan.header), what)
+            self.blocks.settle(plan.kind, plan)
+            return self.pg.comm.Iallreduce(mpi().IN_PLACE, array, op_of(plan.op.value, array.dtype))
+        self.check[:] = self.mine
+        self.data[...] = array
+        wait(_restarted(self), self.timeout, what)
+        self.running = False
+        if self.check.tobytes() != self.summed:  # (a memoryview compared with bytes: 20x slower)
+            self.disagree(self.header, what)
+        array[...] = self.data
+        return None
 
-    def run(self, plan, tensor, array, async_op):
-        """`_Plan.run` in this lane: `reduce`, then ``plan``'s finish (AVG divides; the version moves)."""
+    def run(self, tensor, array, async_op):
+        """The all-reduce of this lane's signature on ``tensor``'s own ``array``, finished (AVG divides; the
+        version moves): `all_reduce` takes it as the group's hot all-reduce, without its plan's steps."""
+        self.reduce(self.plan, array, "all_reduce")
+        self.plan.finish(tensor, array)
+        return Work([], None, self.timeout, "all_reduce", [tensor]) if async_op else None
+
+    def run_plan(self, plan, tensor, array, async_op):
+        """`_Plan.run` in this lane: `reduce`, then ``plan``'s finish."""
         request = self.reduce(plan, array, "all_reduce")
         if request is None:
             plan.finish(tensor, array)
@@ -699,7 +706,7 @@ class _Plan:
         if self.nbytes <= lane.inline:
             return self.inline_on(lane).run(tensor, array, async_op)
         if lane.fused:
-            return lane.run(self, tensor, array, async_op)
+            return lane.run_plan(self, tensor, array, async_op)
         timeout = self.timeout
         bound = self.bound_array
         if bound is not None and not self.busy and bound() is array:
@@ -939,8 +946,11 @@ def all_reduce(tensor, op=ReduceOp.SUM, group=None, async_op=False):
             if plan is not None:
                 array = tensor._array()
                 if array.dtype is plan.array_dtype and array.strides == plan.strides:
-                    inline = plan.inline_on(blocks.lane)
+                    lane = blocks.lane
+                    inline = plan.inline_on(lane)
                     run = plan if inline is None else inline
+                    if lane.fused and lane.header == plan.header:
+                        run = lane
                     blocks.hot = (weakref.ref(array), op, run)
                     return run.run(tensor, array, async_op)
     return _all_reduce(tensor, op, group, async_op)
