@@ -153,6 +153,8 @@ class Logs:
         base = args.log_dir or tempfile.mkdtemp(prefix="torchelastic_")
         os.makedirs(base, exist_ok=True)
         self.folder = os.path.join(tempfile.mkdtemp(prefix=f"{args.rdzv_id or 'none'}_", dir=base), "attempt_0")
+        if not args.log_dir:  # (a new temporary folder: say where)
+            print(f"jitorchrun: log files in {self.folder}", file=sys.stderr, flush=True)
         self.plan = []  # per local rank: (stdout's, stderr's destination), "" for the console
         self.tails = []
         for rank in range(args.nproc_per_node):

@@ -98,8 +98,8 @@ class DistributedDataParallel(Module):
                  param_to_hook_all_reduce=None, mixed_precision=None, device_mesh=None,
                  skip_all_reduce_unused_params=False):
         # torch's arguments in torch's order; those that would change what is computed or communicated and
-        # that jitorch does not implement are refused, never ignored (a mixed_precision run would otherwise
-        # train in full precision without a word)
+        # that jitorch does not implement are refused, never ignored (a run asking for them would otherwise go
+        # on without them, without a word)
         if device_mesh is not None:
             raise NotImplementedError("jitorch's DistributedDataParallel does not implement device_mesh: jitorch "
                                       "has no DeviceMesh; give the mesh's group as process_group")
