@@ -10,7 +10,7 @@
 - The fused lane (`collectives._Fused`): a tensor of 8 KB all-reduced again takes it after two calls (its
   agreement and data in one MPI all-reduce, no other started), values against NumPy at every call, with calls
   between that agree through it (a broadcast of the same dtype and shape, a 12-byte and a one-element
-  all-reduce, a non-contiguous tensor of the hot signature, async, AVG of float64, int32); disagreements in it
+  all-reduce, a non-contiguous tensor of the hot signature, async, AVG of float64, int32, int64); disagreements in it
   (another shape, another op, another collective on one rank) raise on every rank naming each rank's call, the
   tensor unwritten, and the group goes on.
 - ``monitored_barrier``: passes when every rank calls it; on rank 0, names the rank that did not call it within
@@ -96,14 +96,18 @@ def fused_checks():
         for k in range(3):
             summed(hot, lambda r: call(r, between + k))
         assert blocks.lane.fused
-    # other dtypes and AVG: float64 averaged, int32 summed, each in its own fused lane
+    # other dtypes and AVG: float64 averaged, int32 and int64 summed, each in its own fused lane
     wide, whole = jt.zeros(1024, dtype=jt.float64), jt.zeros(2048, dtype=jt.int32)
     for k in range(3):
         summed(wide, lambda r: np.linspace(r, r + k + 1, 1024), dist.ReduceOp.AVG)
         assert blocks.lane.fused or k == 0
     for k in range(3):
         summed(whole, lambda r: (np.arange(2048) * (r + 1) + k).astype(np.int32))
-    assert blocks.lane.fused and len(blocks.fused) == 3
+    assert blocks.lane.fused
+    longs = jt.zeros(1024, dtype=jt.int64)
+    for k in range(3):
+        summed(longs, lambda r: (np.arange(1024) * (r + 1) + k + 2 ** 40).astype(np.int64))
+    assert blocks.lane.fused and len(blocks.fused) == 4
     pg.comm = plain
 
 
