@@ -290,8 +290,8 @@ def worker(args):
     torch.set_num_threads(1)
     dist.init_process_group()
     # 8 and 16 KB: the smallest all-reduces that take two messages (the agreement, then MPI's all-reduce)
-    sizes = [4, 1 << 16, 1 << 20] if args.quick else [4, 256, 4096, 8192, 16384, 1 << 16, 1 << 18, 1 << 20, 1 << 22,
-                                                     16 << 20, 64 << 20]
+    sizes = args.sizes or ([4, 1 << 16, 1 << 20] if args.quick else [4, 256, 4096, 8192, 16384, 1 << 16, 1 << 18,
+                                                                      1 << 20, 1 << 22, 16 << 20, 64 << 20])
     repeat = args.allreduce or (2 if args.quick else 30)
     ddp = (32 if args.quick else 1024, 16 if args.quick else 128, 2 if args.quick else 20)
     overlap = (32 if args.quick else 1024, 8, 16 if args.quick else 64, 0.002 if args.quick else 4,
@@ -325,10 +325,11 @@ def free_port():
         return s.getsockname()[1]
 
 
-def launch(nproc, quick, allreduce=0):
+def launch(nproc, quick, allreduce=0, sizes=None):
     cmd = [sys.executable, "-m", "jitorch.distributed.run", "--nproc-per-node", str(nproc),
            "--master-port", str(free_port()), os.path.join(HERE, "distributed.py"), "--worker"]
     cmd += (["--quick"] if quick else []) + (["--allreduce", str(allreduce)] if allreduce else [])
+    cmd += ["--sizes", ",".join(map(str, sizes))] if sizes else []
     done = subprocess.run(cmd, capture_output=True, text=True)
     if done.returncode != 0:
         # the ranks' own output says why (the launcher names the rank that failed)
@@ -343,6 +344,8 @@ def main(argv=None):
     p.add_argument("--quick", action="store_true", help="tiny sizes (for tests)")
     p.add_argument("--allreduce", type=int, default=0, metavar="N",
                    help="the all-reduce table alone, on 2 ranks, with N interleaved calls per size and system")
+    p.add_argument("--sizes", type=lambda text: [int(n) for n in text.split(",")], default=None, metavar="B,B,...",
+                   help="the all-reduce table's sizes in bytes (say 4,8192 for the rows issue 20's target missed)")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.worker:
@@ -359,7 +362,7 @@ def main(argv=None):
         sys.stdout.flush()
         os._exit(0)
     load = os.getloadavg()
-    results = {n: launch(n, args.quick, args.allreduce) for n in ((2,) if args.allreduce else (1, 2))}
+    results = {n: launch(n, args.quick, args.allreduce, args.sizes) for n in ((2,) if args.allreduce else (1, 2))}
     print(f"machine load (1-minute average) before and after: {load[0]:.1f} / {os.getloadavg()[0]:.1f}")
     print("\nall-reduce of float32, 2 ranks (us, wall, median of interleaved turns after a barrier, the order rotating, "
           "a turn 50 calls up to 16 KB, 10 up to 256 KB, 1 above; "

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from .collectives import (Work, all_gather, all_gather_into_tensor, all_reduce, all_to_all_single, barrier,
                           broadcast, gather, irecv, isend, recv, reduce, reduce_scatter_tensor, scatter, send)
+from .monitored import monitored_barrier
 from .objects import (all_gather_object, broadcast_object_list, gather_object, recv_object_list,
                       scatter_object_list, send_object_list)
 from .process_group import (GroupMember, ProcessGroup, ReduceOp, destroy_process_group, get_backend,
@@ -28,6 +29,6 @@ __all__ = ["GroupMember", "ProcessGroup", "ReduceOp", "Work", "all_gather", "all
            "all_gather_object", "all_reduce", "all_to_all_single", "barrier", "broadcast", "broadcast_object_list",
            "destroy_process_group", "gather", "gather_object", "get_backend", "get_node_local_rank", "get_rank",
            "get_world_size", "group", "init_process_group", "irecv", "is_available", "is_gloo_available",
-           "is_initialized", "is_mpi_available", "is_nccl_available", "is_torchelastic_launched", "isend", "new_group",
-           "recv", "recv_object_list", "reduce", "reduce_scatter_tensor", "scatter", "scatter_object_list", "send",
-           "send_object_list"]
+           "is_initialized", "is_mpi_available", "is_nccl_available", "is_torchelastic_launched", "isend",
+           "monitored_barrier", "new_group", "recv", "recv_object_list", "reduce", "reduce_scatter_tensor", "scatter",
+           "scatter_object_list", "send", "send_object_list"]

@@ -17,15 +17,18 @@ MPI's before it runs the script as ``__main__``, so a script written for torchru
 one process dies or exits with an error, ``mpiexec`` stops the others; a script that raises aborts the job (with
 MPI running, its exit would wait for the other ranks, which would wait for it until the group's timeout).
 SIGINT and SIGTERM sent to the launcher go to every process. The launcher exits with the first failure's code
-and names the rank that failed first (`Ends`). torchrun's options for elastic runs and its logs are accepted
-where they change nothing here (``--rdzv-id``, ``--rdzv-conf``, ``--monitor-interval``, ``--start-method``,
-``--role``, ``--run-path``); ``--max-restarts`` other than 0 is refused.
+and names the rank that failed first (`Ends`). torchrun's log options (``--log-dir``, ``--redirects``,
+``--tee``, ``--local-ranks-filter``) work as torchrun's (`Logs`). Its options for elastic runs are accepted where
+they change nothing here (``--rdzv-id``, ``--rdzv-conf``, ``--monitor-interval``, ``--start-method``, ``--role``,
+``--run-path``); ``--max-restarts`` other than 0 is refused.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import re
 import runpy
 import select
 import shutil
@@ -62,6 +65,15 @@ def parse_args(argv):
     p.add_argument("--role", default="default", help="accepted for torchrun's command lines")
     p.add_argument("--run-path", "--run_path", action="store_true",
                    help="accepted for torchrun's command lines (each rank runs the script with runpy.run_path)")
+    p.add_argument("--log-dir", "--log_dir", help="base folder of the ranks' log files (torchrun's: a folder "
+                   "<run id>_<unique>/attempt_0/<local rank>/ holds stdout.log and stderr.log)")
+    p.add_argument("-r", "--redirects", default="0", help="streams of the ranks written to their log files instead "
+                   "of the console: 0 none, 1 stdout, 2 stderr, 3 both, for every local rank, or per local rank "
+                   "as 0:1,1:2")
+    p.add_argument("-t", "--tee", default="0", help="streams of the ranks written to their log files and to the "
+                   "console, each line headed [<role><local rank>]: (as --redirects)")
+    p.add_argument("--local-ranks-filter", "--local_ranks_filter", default="",
+                   help="local ranks whose streams reach the console, as 0,1 (log files keep every rank's)")
     p.add_argument("--standalone", action="store_true", help="a single node (the default here)")
     p.add_argument("--hosts", help="comma-separated hosts for a multi-node run (passed to mpiexec -hosts)")
     p.add_argument("-m", "--module", action="store_true", help="run the script argument as a module (python -m)")
@@ -87,6 +99,18 @@ def parse_args(argv):
         p.error(f"--max-restarts {args.max_restarts}: restarting failed ranks is not supported (0 fails the run)")
     if not 0 <= args.node_rank < args.nnodes:
         p.error(f"--node-rank must be in [0, {args.nnodes}), got {args.node_rank}")
+    try:
+        args.redirects, args.tee = (_streams(spec, args.nproc_per_node) for spec in (args.redirects, args.tee))
+    except ValueError as error:
+        p.error(str(error))
+    try:
+        args.local_ranks_filter = {int(r) for r in args.local_ranks_filter.split(",")} \
+            if args.local_ranks_filter else None
+    except ValueError:
+        p.error("--local_ranks_filter must be a comma-separated list of integers e.g. --local_ranks_filter=0,1,2")
+    if args.hosts and (args.log_dir or any(args.redirects) or any(args.tee) or args.local_ranks_filter):
+        p.error("--log-dir, --redirects, --tee and --local-ranks-filter apply to this node's ranks: with --hosts, "
+                "start a launcher on each node instead")
     if args.rdzv_endpoint:
         host, _, port = args.rdzv_endpoint.rpartition(":") if ":" in args.rdzv_endpoint else \
             (args.rdzv_endpoint, "", str(args.master_port))
@@ -94,6 +118,117 @@ def parse_args(argv):
             p.error(f"--rdzv-endpoint must be HOST or HOST:PORT, got {args.rdzv_endpoint!r}")
         args.master_addr, args.master_port = host, int(port)
     return args
+
+
+OUT, ERR = 1, 2  # torchrun's stream flags (its ``Std``): 3 is both
+
+
+def _streams(spec, nproc):
+    """torchrun's ``--redirects``/``--tee`` value (one flag for every local rank, or ``rank:flag,...``) as a list
+    of flags, one per local rank."""
+    if re.fullmatch(r"[0123]", spec):
+        return [int(spec)] * nproc
+    if not re.fullmatch(r"(\d+:[0123],)*\d+:[0123]", spec):
+        raise ValueError(f"{spec} does not match: <[0123]> or <local rank:[0123],...>")
+    flags = [0] * nproc
+    for part in spec.split(","):
+        rank, flag = map(int, part.split(":"))
+        if rank >= nproc:
+            raise ValueError(f"{spec} names local rank {rank}, of {nproc} local ranks")
+        flags[rank] = flag
+    return flags
+
+
+class Logs:
+    """torchrun's log files and console filter (``--log-dir``, ``--redirects``, ``--tee``,
+    ``--local-ranks-filter``), in torchrun's layout: ``<log dir>/<run id>_<unique>/attempt_0/<local
+    rank>/{stdout,stderr}.log``, the base a new temporary folder without ``--log-dir``.
+
+    Each rank's shim points its stream at its file (redirected or teed) or, for a rank the filter leaves out, at
+    /dev/null (`point_streams`); the launcher copies a teed file's lines to its own stream as they are written,
+    each headed ``[<role><local rank>]:`` (a thread per file, which reads the rest once the ranks have
+    ended), as torchrun's tail does."""
+
+    def __init__(self, args):
+        base = args.log_dir or tempfile.mkdtemp(prefix="torchelastic_")
+        os.makedirs(base, exist_ok=True)
+        self.folder = os.path.join(tempfile.mkdtemp(prefix=f"{args.rdzv_id or 'none'}_", dir=base), "attempt_0")
+        if not args.log_dir:  # (a new temporary folder: say where)
+            print(f"jitorchrun: log files in {self.folder}", file=sys.stderr, flush=True)
+        self.plan = []  # per local rank: (stdout's, stderr's destination), "" for the console
+        self.tails = []
+        for rank in range(args.nproc_per_node):
+            ranks_folder = os.path.join(self.folder, str(rank))
+            os.makedirs(ranks_folder)
+            filtered = args.local_ranks_filter is not None and rank not in args.local_ranks_filter
+            pair = []
+            for flag, name, stream in ((OUT, "stdout.log", sys.stdout), (ERR, "stderr.log", sys.stderr)):
+                path = os.path.join(ranks_folder, name)
+                if (args.redirects[rank] | args.tee[rank]) & flag:
+                    pair.append(path)
+                    if args.tee[rank] & flag and not filtered:
+                        self.tails.append(_Tail(path, f"[{args.role}{rank}]:", stream))
+                else:
+                    pair.append(os.devnull if filtered else "")
+            self.plan.append(pair)
+
+    def variable(self):
+        """The shims' instructions: per local rank, stdout's and stderr's destinations."""
+        return json.dumps(self.plan)
+
+    def close(self):
+        """Copy the teed files' last lines (every rank has ended)."""
+        for tail in self.tails:
+            tail.finish()
+
+
+class _Tail:
+    """A thread copying the lines a rank writes into ``path`` to ``stream``, each headed ``header``."""
+
+    POLL = 0.05
+
+    def __init__(self, path, header, stream):
+        self.path, self.header, self.stream = path, header, stream
+        self.running = True
+        self.thread = threading.Thread(target=self.run, daemon=True)
+        self.thread.start()
+
+    def run(self):
+        while not os.path.exists(self.path) and self.running:
+            time.sleep(self.POLL)
+        if not os.path.exists(self.path):
+            return
+        with open(self.path, errors="replace") as f:
+            partial = ""
+            while True:
+                running = self.running  # (read before the last read: nothing written after it is missed)
+                text = f.read()
+                if text:
+                    *lines, partial = (partial + text).split("\n")
+                    self.stream.write("".join(f"{self.header}{line}\n" for line in lines))
+                    self.stream.flush()
+                elif not running:
+                    break
+                else:
+                    time.sleep(self.POLL)
+            if partial:
+                self.stream.write(f"{self.header}{partial}\n")
+                self.stream.flush()
+
+    def finish(self):
+        self.running = False
+        self.thread.join()
+
+
+def point_streams(plan, local_rank):
+    """In a rank's shim: its stdout and stderr to the files or /dev/null that ``plan`` (`Logs.variable`) gives
+    its local rank, at the level of file descriptors, so the script's C libraries and child processes write
+    there too."""
+    for fd, path in zip((1, 2), json.loads(plan)[local_rank]):
+        if path:
+            target = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+            os.dup2(target, fd)
+            os.close(target)
 
 
 def mpiexec():
@@ -117,6 +252,8 @@ def command(args):
             "-genv", "LOCAL_WORLD_SIZE", str(args.nproc_per_node)]
     if getattr(args, "ends", None) is not None:
         cmd += ["-genv", "JITORCHRUN_ENDS", args.ends.folder]
+    if getattr(args, "logs", None) is not None:
+        cmd += ["-genv", "JITORCHRUN_LOGS", args.logs.variable()]
     shim = [sys.executable, "-m", "jitorch.distributed.run", "--rank-shim"]
     shim += ["-m"] if args.module else []
     shim += ["--no-python"] if args.no_python else []
@@ -135,6 +272,9 @@ def run_rank(args):
         rank, size = node * per_node + rank, int(os.environ.pop("JITORCHRUN_NNODES")) * per_node
     os.environ.update(RANK=str(rank), WORLD_SIZE=str(size), LOCAL_RANK=str(local), GROUP_RANK=str(node),
                       LOCAL_WORLD_SIZE=str(per_node), TORCHELASTIC_RUN_ID="jitorchrun")
+    plan = os.environ.pop("JITORCHRUN_LOGS", None)
+    if plan is not None:
+        point_streams(plan, local)
     folder = os.environ.pop("JITORCHRUN_ENDS", None)
     if folder is not None:  # (`Ends`: the launcher names the rank that failed first)
         with open(os.path.join(folder, f"{rank}.tmp"), "w") as f:
@@ -240,6 +380,8 @@ def main(argv=None):
         return 0
     # this node's ranks, whose ends the launcher watches (with --hosts, mpiexec starts them on other nodes too)
     args.ends = None if args.hosts else Ends(args.nproc_per_node)
+    logged = args.log_dir or any(args.redirects) or any(args.tee) or args.local_ranks_filter is not None
+    args.logs = Logs(args) if logged else None
     # mpiexec stays in the launcher's process group: whoever stops that group (a terminal's Ctrl-C, a
     # supervisor) stops every rank with it
     process = subprocess.Popen(command(args))
@@ -250,6 +392,8 @@ def main(argv=None):
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, forward)
     code = process.wait()
+    if args.logs is not None:
+        args.logs.close()
     if code != 0:
         first = None
         if args.ends is not None:

@@ -21,6 +21,7 @@ import os
 import threading
 import time
 from contextlib import contextmanager
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -29,24 +30,40 @@ from ...compiler import is_compiling
 from ...distributed.collectives import started_all_reduce
 from ...distributed.mpi_backend import mpi, op_of, wait
 from ...distributed.process_group import resolve
-from ... import bfloat16, cat, zeros_like
+from ... import Tensor, bfloat16, cat, zeros_like
 from ...autograd.engine import when_backward_ends
 from ...runtime.grad_mode import is_grad_enabled, no_grad
 from ...runtime.threads import get_num_threads
 from ..modules.module import Module
+from ..parameter import Parameter
 
 __all__ = ["DistributedDataParallel"]
 
 FIRST_BUCKET_BYTES = 2 ** 20  # torch's first bucket (dist._DEFAULT_FIRST_BUCKET_BYTES)
 
 
-class _Bucket:
-    """Parameters of one dtype whose gradients travel together, and the flat buffer they travel in."""
+@dataclass
+class _MixedPrecision:
+    """torch's DDP mixed precision (``torch.nn.parallel.distributed._MixedPrecision``): forward and backward
+    compute in ``param_dtype`` (copies of the parameters, and the floating point inputs, cast to it; outside
+    them the parameters stay as they are), gradients are summed over the ranks in ``reduce_dtype`` (else
+    ``param_dtype``, else the parameters' dtype) and divided there by the world's size, then written into
+    ``.grad`` in the parameters' dtype; floating point buffers are cast to ``buffer_dtype`` at construction.
+    None leaves that part as it is."""
 
-    def __init__(self, params):
+    param_dtype: object = None
+    reduce_dtype: object = None
+    buffer_dtype: object = None
+
+
+class _Bucket:
+    """Parameters of one dtype whose gradients travel together, and the flat buffer they travel in (of
+    ``dtype``: theirs, or mixed precision's reduce dtype)."""
+
+    def __init__(self, params, dtype):
         self.params = params
         self.sizes = [p.numel() for p in params]
-        self.buffer = params[0].new_zeros(sum(self.sizes))
+        self.buffer = params[0].new_zeros(sum(self.sizes), dtype=dtype)
         self.ready = 0
         self.work = None
 
@@ -63,9 +80,16 @@ class DistributedDataParallel(Module):
     as it was (None stays None, as in torch); ``gradient_as_bucket_view`` makes ``.grad``
     views of the communication buffers, which saves a copy. ``module`` is the wrapped module. ``init_sync=False``
     skips the construction's check that every rank holds the same parameters and its broadcast from the first
-    rank. torch's arguments that jitorch does not implement (``mixed_precision``, ``device_mesh``,
-    ``delay_all_reduce_named_params``, ``param_to_hook_all_reduce``, ``skip_all_reduce_unused_params``) raise
-    NotImplementedError when given.
+    rank. ``skip_all_reduce_unused_params`` (with ``find_unused_parameters``) starts no all-reduce for a bucket
+    whose parameters went unused; torch decides from each rank's own unused parameters and hangs when they
+    differ between ranks, jitorch from every rank's (the exchange ``find_unused_parameters`` makes), so the
+    ranks always decide alike. ``mixed_precision``: a `_MixedPrecision` (torch's, or one with its three
+    attributes), eager steps only.
+
+    ``device_mesh`` raises NotImplementedError: it builds the group from a DeviceMesh, which jitorch does not
+    have (give ``process_group``). ``delay_all_reduce_named_params`` and ``param_to_hook_all_reduce`` raise it
+    too: they hand some parameters' all-reduce to a hook of another parameter, for torch's overlap of
+    communication with compute on separate streams, which buckets started in gradient order already give here.
     """
 
     def __init__(self, module, device_ids=None, output_device=None, dim=0, broadcast_buffers=True, init_sync=True,
@@ -74,20 +98,27 @@ class DistributedDataParallel(Module):
                  param_to_hook_all_reduce=None, mixed_precision=None, device_mesh=None,
                  skip_all_reduce_unused_params=False):
         # torch's arguments in torch's order; those that would change what is computed or communicated and
-        # that jitorch does not implement are refused, never ignored (a mixed_precision run would otherwise
-        # train in full precision without a word)
-        unsupported = {"delay_all_reduce_named_params": delay_all_reduce_named_params,
-                       "param_to_hook_all_reduce": param_to_hook_all_reduce, "mixed_precision": mixed_precision,
-                       "device_mesh": device_mesh, "skip_all_reduce_unused_params": skip_all_reduce_unused_params}
-        given = [name for name, value in unsupported.items() if value not in (None, False)]
+        # that jitorch does not implement are refused, never ignored (a run asking for them would otherwise go
+        # on without them, without a word)
+        if device_mesh is not None:
+            raise NotImplementedError("jitorch's DistributedDataParallel does not implement device_mesh: jitorch "
+                                      "has no DeviceMesh; give the mesh's group as process_group")
+        delayed = {"delay_all_reduce_named_params": delay_all_reduce_named_params,
+                   "param_to_hook_all_reduce": param_to_hook_all_reduce}
+        given = [name for name, value in delayed.items() if value is not None]
         if given:
-            raise NotImplementedError(f"jitorch's DistributedDataParallel does not implement {', '.join(given)}")
+            raise NotImplementedError(f"jitorch's DistributedDataParallel does not implement {', '.join(given)}: "
+                                      "torch's delayed all-reduce overlaps it with compute on separate streams; "
+                                      "here every parameter's gradient goes in a bucket started as backward "
+                                      "produces it")
         super().__init__()
         self.module = module
         self.process_group = process_group
         self.broadcast_buffers = broadcast_buffers
         self.find_unused_parameters = find_unused_parameters
         self.gradient_as_bucket_view = gradient_as_bucket_view
+        self.skip_all_reduce_unused_params = skip_all_reduce_unused_params
+        self.mixed_precision = mixed_precision
         self.require_backward_grad_sync = True
         self._group = resolve(process_group)
         self._world = self._group.size()
@@ -102,8 +133,10 @@ class DistributedDataParallel(Module):
                 self._verify_same_model(params)
             with no_grad():
                 self._broadcast([*module.parameters(), *module.buffers()])
+        if mixed_precision is not None:
+            _cast_buffers(module, mixed_precision.buffer_dtype)
         cap = (25 if bucket_cap_mb is None else bucket_cap_mb) * 2 ** 20
-        self._buckets = self._bucketed(params[::-1], min(cap, FIRST_BUCKET_BYTES), cap)
+        self._buckets = self._bucketed(params[::-1], min(cap, FIRST_BUCKET_BYTES), cap, self._reduce_dtype)
         self._bucket_of = {id(p): b for b in self._buckets for p in b.params}
         self._next = 0  # the next bucket to start: they start in order on every rank
         self._progress = _Progress(self._group)
@@ -111,8 +144,16 @@ class DistributedDataParallel(Module):
         self._ready = set()  # ids of the parameters whose gradients this backward has counted ready
         self._params = params
         self._used, self._used_request, self._unused = None, None, frozenset()
+        self._low = {}  # mixed precision: id of a parameter -> its copy in param_dtype that the last forward used
         for p in params:
             p.register_post_accumulate_grad_hook(self._grad_ready)
+
+    def _reduce_dtype(self, param):
+        """The dtype ``param``'s gradient is all-reduced in."""
+        mp = self.mixed_precision
+        if mp is None or not param.dtype.is_floating_point:
+            return param.dtype
+        return mp.reduce_dtype or mp.param_dtype or param.dtype
 
     def _verify_same_model(self, params):
         """RuntimeError on every rank unless every rank's parameters have the same dtypes and shapes (torch
@@ -139,18 +180,20 @@ class DistributedDataParallel(Module):
                 dist.broadcast(t.data, src=self._src, group=self.process_group)
 
     @staticmethod
-    def _bucketed(params, first_cap, cap):
+    def _bucketed(params, first_cap, cap, dtype_of=None):
         """Buckets of at most ``cap`` bytes, the first of at most ``first_cap`` (as torch: the last layers'
-        gradients, ready first, start communicating early)."""
+        gradients, ready first, start communicating early), each of one dtype (``dtype_of`` a parameter: by
+        default its own)."""
+        dtype_of = dtype_of or (lambda p: p.dtype)
         buckets, current, size = [], [], 0
         for p in params:
             limit = first_cap if not buckets else cap
-            if current and (size + p.numel() * p.element_size() > limit or p.dtype != current[0].dtype):
-                buckets.append(_Bucket(current))
+            if current and (size + p.numel() * p.element_size() > limit or dtype_of(p) != dtype_of(current[0])):
+                buckets.append(_Bucket(current, dtype_of(current[0])))
                 current, size = [], 0
             current.append(p)
             size += p.numel() * p.element_size()
-        buckets.append(_Bucket(current))
+        buckets.append(_Bucket(current, dtype_of(current[0])))
         return buckets
 
     @contextmanager
@@ -170,7 +213,10 @@ class DistributedDataParallel(Module):
         if self.broadcast_buffers:
             with no_grad():
                 self._broadcast(list(self.module.buffers()))
-        output = self.module(*inputs, **kwargs)
+        if self.mixed_precision is not None and self.mixed_precision.param_dtype is not None:
+            output = self._forward_in(self.mixed_precision.param_dtype, inputs, kwargs)
+        else:
+            output = self.module(*inputs, **kwargs)
         self._expecting = is_grad_enabled() and self.require_backward_grad_sync
         if self._expecting:
             for bucket in self._buckets:
@@ -179,12 +225,43 @@ class DistributedDataParallel(Module):
             self._ready = set()
             if self.find_unused_parameters:
                 used = _leaves_reached(output)
+                used |= {id(p) for p in self._params if id(self._low.get(id(p))) in used}
                 self._exchange_used(used)
                 for bucket in self._buckets:
                     for p in bucket.params:
                         if id(p) not in used:
                             self._mark_ready(p)
         return output
+
+    def _forward_in(self, dtype, inputs, kwargs):
+        """The module's forward on copies of its floating point parameters and inputs in ``dtype`` (torch's
+        mixed precision): each module holds its parameters' copies only during the call. A copy is a leaf whose
+        gradient, once accumulated, counts its parameter ready; it starts from the parameter's ``.grad`` cast
+        to ``dtype`` (so gradients accumulated without syncing go on accumulating, in ``dtype``, as torch's)."""
+        if is_compiling():
+            raise NotImplementedError("DistributedDataParallel(mixed_precision=) inside jitorch.compile: its "
+                                      "parameter copies are made per forward outside the graph; run the step eagerly")
+        self._low = {}
+        swapped = []
+        for module in self.module.modules():
+            for name, p in list(module._parameters.items()):
+                if p is None or not p.dtype.is_floating_point:
+                    continue
+                low = self._low.get(id(p))
+                if low is None:
+                    with no_grad():
+                        low = self._low[id(p)] = Parameter(p.detach().to(dtype), requires_grad=p.requires_grad)
+                        if p.grad is not None:
+                            low.grad = p.grad.detach().to(dtype)
+                    if p.requires_grad and id(p) in self._bucket_of:
+                        low.register_post_accumulate_grad_hook(lambda _, p=p: self._copy_ready(p))
+                module._parameters[name] = low
+                swapped.append((module, name, p))
+        try:
+            return self.module(*_cast_floating(inputs, dtype), **_cast_floating(kwargs, dtype))
+        finally:
+            for module, name, p in swapped:
+                module._parameters[name] = p
 
     def _exchange_used(self, used):
         """Start finding out which parameters no rank's forward used (ids in ``used`` are this rank's): torch
@@ -203,6 +280,15 @@ class DistributedDataParallel(Module):
             self._used_request = None
             self._unused = frozenset(id(p) for p, u in zip(self._params, self._used[1]) if not u)
         return self._unused
+
+    def _copy_ready(self, param):
+        """Mixed precision: the gradient of ``param``'s copy is accumulated. Unsynced (``no_sync``), it is the
+        parameter's gradient, in the parameter's dtype; else it counts the parameter ready."""
+        if self._expecting and self.require_backward_grad_sync:
+            self._grad_ready(param)
+        else:
+            with no_grad():
+                param.grad = self._low[id(param)].grad.to(param.dtype)
 
     def _grad_ready(self, param):
         if self._expecting and self.require_backward_grad_sync:
@@ -236,7 +322,17 @@ class DistributedDataParallel(Module):
         if self._next == len(self._buckets):
             self._finish()
 
+    def _skipped(self, bucket):
+        """Whether ``bucket`` starts no all-reduce (``skip_all_reduce_unused_params``): no rank used its
+        parameters."""
+        if not (self.skip_all_reduce_unused_params and self.find_unused_parameters):
+            return False
+        unused = self._globally_unused()
+        return all(id(p) in unused for p in bucket.params)
+
     def _start(self, bucket):
+        if self._skipped(bucket):
+            return
         if is_compiling():
             self._reduce_in_graph(bucket)
             return
@@ -251,13 +347,15 @@ class DistributedDataParallel(Module):
         """Copy the bucket's gradients into its buffer, each divided by the world's size on its way in, as
         torch's mul_out, in one NumPy pass over the tensors' own memory (the bucket and the gradients are CPU
         tensors: MPI sends CPU tensors)."""
-        scale = 1 / self._world
+        # mixed precision sums undivided gradients and divides the sum (`_finish`), as torch's hook does
+        scale = 1 / self._world if self.mixed_precision is None else 1
         for p, part in bucket.slices():
-            grad, flat = p.grad, part._array()
+            grad, flat = self._low.get(id(p), p).grad, part._array()
             if grad is None:
                 flat[...] = 0
             elif _is_view_of(grad, part):
-                flat *= scale
+                if scale != 1:
+                    flat *= scale
             else:
                 np.multiply(grad._array().reshape(-1), scale, out=flat, casting="unsafe")
             part._bump_version()
@@ -283,8 +381,13 @@ class DistributedDataParallel(Module):
         self._progress.stop()
         unused = self._globally_unused()
         for bucket in self._buckets:
+            if bucket.work is None:  # (skipped: every parameter of it unused)
+                continue
             bucket.work.wait()
+            if self.mixed_precision is not None:
+                bucket.buffer.div_(self._world)
             self._write_back(bucket, unused)
+        self._low = {}  # (the copies' gradients are in .grad now)
 
     def _write_back(self, bucket, unused=frozenset()):
         """The averaged gradients into ``.grad`` (their own memory, or views of the bucket with
@@ -294,11 +397,11 @@ class DistributedDataParallel(Module):
                 if id(p) in unused:
                     continue
                 view = part.view(p.shape)
-                if self.gradient_as_bucket_view:
+                if self.gradient_as_bucket_view and view.dtype == p.dtype:
                     if p.grad is None or not _is_view_of(p.grad, part):
                         p.grad = view
-                elif p.grad is None:
-                    p.grad = view.clone()
+                elif p.grad is None or p.grad.dtype != p.dtype:
+                    p.grad = view.to(p.dtype, copy=True)
                 else:
                     np.copyto(p.grad._array(), view._array(), casting="unsafe")
                     p.grad._bump_version()
@@ -365,6 +468,28 @@ class _Progress:
             self.thread.join()
             self.thread = None
         self.works, self.done = [], 0
+
+
+def _cast_buffers(module, dtype):
+    """Mixed precision's ``buffer_dtype``: every floating point buffer of ``module`` cast to it (None: kept)."""
+    if dtype is None:
+        return
+    for owner in module.modules():
+        for name, buffer in list(owner._buffers.items()):
+            if buffer is not None and buffer.dtype.is_floating_point:
+                owner._buffers[name] = buffer.detach().to(dtype)
+
+
+def _cast_floating(value, dtype):
+    """``value`` (tensors in any nesting of lists, tuples and dicts) with its floating point tensors cast to
+    ``dtype``, as torch's mixed precision casts a forward's inputs."""
+    if isinstance(value, (list, tuple)):
+        return type(value)(_cast_floating(v, dtype) for v in value)
+    if isinstance(value, dict):
+        return {k: _cast_floating(v, dtype) for k, v in value.items()}
+    if isinstance(value, Tensor) and value.dtype.is_floating_point and value.dtype != dtype:
+        return value.to(dtype)
+    return value
 
 
 def _graph_ops():
