@@ -19,6 +19,13 @@ POLLS = 8  # MPI_Test calls between two looks at the clock, and between two yiel
 # them, and the clock and the loop's ranges were a quarter of a 4 B all-reduce's wait (2 ranks, loaded machine,
 # a persistent all-gather of 1 KB: spinning on Test 1.00 us, the wait that read the clock after one Test 1.34)
 _SPIN = range(32)
+# A wait still pending after this many seconds sleeps `NAP` between its polls instead of yielding: a yield gives
+# the core only to a thread queued on the same one, and a rank of a job with more ranks than cores, or beside
+# other work, that waited so long kept its core busy polling for the whole wait (4-rank jobs on the 2-core
+# machine spent a tenth of their processes' CPU in this loop). A wait this long is a large message or a peer
+# behind: a nap, about 0.1 ms with the kernel's timer slack, is a tenth of what the wait has taken already.
+NAP_AFTER = 1e-3
+NAP = 5e-5
 
 def mpi():
     """The mpi4py ``MPI`` module (importing it initialises MPI, so it loads on first use)."""
@@ -87,7 +94,7 @@ def wait(request, timeout, what):
     The wait is MPI's ``Test`` called in a loop: MPICH's blocking wait polls the same way, so this is as fast,
     measured both ways, and only a loop here can stop at a deadline and raise. Each ``Test`` also advances
     MPI's other started requests. After the first `_SPIN` tests (about 3 us) it yields the core every ``POLLS``
-    tests, as MPICH's own blocking wait does between polls: when more threads want the cores than there are (a
+    tests (and naps instead once the wait passes `NAP_AFTER`), as MPICH's own blocking wait does between polls: when more threads want the cores than there are (a
     loaded machine), a rank that only spun would keep its core from the peer it waits for until the scheduler
     took it away. Measured on 2 ranks of the loaded 2-core machine, torch's gloo group in the same processes,
     the median of 30 all-reduces of 1 MB each after a barrier: spinning 29 ms, yielding after 50 us 5.1 ms,
@@ -108,12 +115,16 @@ def wait(request, timeout, what):
             for _ in range(POLLS):
                 if test():
                     return
-            if time.monotonic() - start > timeout:
+            waited = time.monotonic() - start
+            if waited > timeout:
                 # an MPI request stays pending (`broken`); a thread world's (`threads`) says what it needs instead
                 getattr(request, "abandon", broken)()
                 raise RuntimeError(f"jitorch.distributed: {what} timed out after {timeout:.0f} s: a rank died, or "
                                    "did not call the same collective")
-            os.sched_yield()
+            if waited > NAP_AFTER:
+                time.sleep(NAP)
+            else:
+                os.sched_yield()
     except mpi().Exception as error:
         raise RuntimeError(f"jitorch.distributed: {what} failed in MPI: {error}") from error
 
