@@ -10,7 +10,8 @@ import torch
 
 import jitorch
 from tests.fuzz.generator import generate
-from tests.fuzz.oracle import check
+from tests.fuzz.old_values import OldValues
+from tests.fuzz.oracle import SkippedChecks, check
 
 EAGER_MODES = ("torch", "eager")
 
@@ -43,4 +44,22 @@ def test_triu_out_of_batches_that_do_not_flatten_is_written_only_into_a_compact_
             assert not torch.equal(out, want)
     program, g = _session55_program(5603034)
     assert "index_tensor" in g.accepted and "triu(out)" not in g.accepted
+    assert check(program, EAGER_MODES).mismatches == []
+
+
+def test_torch_runs_refuse_a_tensor_q_outside_the_unit_range_as_torch_without_a_mode_seed_5600577():
+    """Fuzz seed 5600577: ``v1.nanquantile(v8, 0)`` of a 0-d ``v8`` of -1.76; torch skips its range check of a
+    tensor ``q`` while a Python dispatch mode is active (the oracle's torch runs hold three) and clamped it, where
+    jitorch raises torch's error. The oracle's torch runs make the check (`oracle.SkippedChecks`)."""
+    x, q = torch.tensor([2.5, -0.5]), torch.tensor(-1.75)
+    with OldValues():
+        assert torch.nanquantile(x, q).item() == -0.5
+        with SkippedChecks(), pytest.raises(RuntimeError, match=r"q values must be in the range \[0, 1\]"):
+            x.nanquantile(q)
+        with SkippedChecks():
+            assert x.quantile(torch.tensor([0.0, 1.0])).tolist() == [-0.5, 2.5]
+    with pytest.raises(RuntimeError, match=r"q values must be in the range \[0, 1\]"):
+        jitorch.tensor([2.5, -0.5]).nanquantile(jitorch.tensor(-1.75))
+    program, _ = _session55_program(5600577)
+    assert "nanquantile" in "".join(line for s in program.body for line in s.lines)
     assert check(program, EAGER_MODES).mismatches == []
