@@ -11,7 +11,8 @@ import torch
 import jitorch
 from tests.fuzz.generator import generate
 from tests.fuzz.old_values import OldValues
-from tests.fuzz.oracle import SkippedChecks, check
+from tests.fuzz.oracle import (INFERENCE_REGION, SkippedChecks, _guarded_grad, check, compare_grads,
+                               plain_torch_grad)
 
 EAGER_MODES = ("torch", "eager")
 
@@ -63,3 +64,19 @@ def test_torch_runs_refuse_a_tensor_q_outside_the_unit_range_as_torch_without_a_
     program, _ = _session55_program(5600577)
     assert "nanquantile" in "".join(line for s in program.body for line in s.lines)
     assert check(program, EAGER_MODES).mismatches == []
+
+
+@pytest.mark.parametrize("seed", [5601338, 5601341])
+def test_programs_with_an_inference_mode_region_compare_gradients_with_torch_without_modes(seed):
+    """Fuzz seeds 5601338 (backward through ``T.hamming_window(1, device=D, requires_grad=True)`` made in inference
+    mode: torch found nothing requiring grad) and 5601341 (``T.hsplit(v10, [1])[-1]`` in inference mode of a
+    tensor requiring grad: torch's did not require grad): torch's autograd of tensors made in inference mode
+    differs under the oracle's dispatch modes; without them it is jitorch's. Such programs are compared with
+    torch's run without modes (`oracle.INFERENCE_REGION`), as those holding `TORCH_MODE_FORMULAS`."""
+    program, _ = _session55_program(seed)
+    assert program.grad and any(s.lines[0] == INFERENCE_REGION for s in program.body)
+    moded, eager = _guarded_grad(program, "torch"), _guarded_grad(program, "eager")
+    assert compare_grads(eager, moded, "eager", "torch", against_torch=True, program=program)
+    assert compare_grads(eager, plain_torch_grad(program, moded), "eager", "torch", against_torch=True,
+                         program=program) == []
+    assert check(program, EAGER_MODES, grad_modes=EAGER_MODES).mismatches == []
