@@ -17,9 +17,9 @@ from ...ops.views import contiguous_format
 from ...tensor import Tensor
 from ..graph import TensorType, substitute
 from .rewrite import Rewriter, graph_pass, has_effects
+from .simplify import BROADCASTS
 
 MAX_NUMEL = 4096
-BROADCASTS = ("expand", "expand_as", "broadcast_to")
 
 # Creation ops that read only the type of their tensor input, never its values: ``ones_like(loss)``
 # in a traced backward folds although ``loss`` is computed at run time.
