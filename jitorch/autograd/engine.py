@@ -154,7 +154,12 @@ def gradient_edge(t, version=None):
             if (meta is NO_GRAD_VIEW or meta is INFERENCE_VIEW) and t.__dict__.get("_view_version") == (
                     t._storage._version if version is None else version):
                 return None
-            raise RuntimeError(_view_message(t, "its base or another view of its base has been"))
+            # such a view of a base that requires no grad, made to require grad itself (``requires_grad_()``, a
+            # factory's ``requires_grad=True`` whose result is a view: a periodic ``hamming_window``), is a leaf
+            # of its own, as torch's
+            if "_view_version" in t.__dict__ or meta is not NO_GRAD_VIEW and meta is not INFERENCE_VIEW or (
+                    t._base._requires_grad):
+                raise RuntimeError(_view_message(t, "its base or another view of its base has been"))
         acc = t._accumulator = AccumulateGrad(t)
     return acc
 

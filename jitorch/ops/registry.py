@@ -51,6 +51,7 @@ from ..runtime import fp_errors
 from ..runtime import grad_mode as _grad_mode
 from ..runtime import profiling as _profiling
 from ..runtime.autocast_mode import STATE as _AUTOCAST_STATE
+from ..runtime.autocast_mode import excluded as _autocast_excluded
 from ..runtime.casts import convert
 from ..runtime.device import DEVICE_BACKENDS, current_cuda_index, to_device
 from ..runtime.storage import Storage  # noqa: F401  (used by fast paths)
@@ -643,6 +644,11 @@ def call(op, args, out=None, recorded=False):
             with _grad_mode.no_grad():
                 result = op.composite(*args)
             result = AUTOGRAD.record(op, args, result)
+        elif out is not None and _AUTOCAST_STATE.key is not None:
+            # torch's out= form of a composite runs the out= forms of its ops, which autocast leaves alone
+            # (``hstack([bf16, f64], out=f64)`` under float16 autocast: cat_out, not cat's prioritize error)
+            with _autocast_excluded():
+                result = op.composite(*args)
         else:
             result = op.composite(*args)
         return result if out is None else write_out(op, out, out_grad(op, args, out, result), args)

@@ -17,6 +17,7 @@ from ...ops.views import contiguous_format
 from ...tensor import Tensor
 from ..graph import TensorType, substitute
 from .rewrite import Rewriter, graph_pass, has_effects
+from .simplify import BROADCASTS
 
 MAX_NUMEL = 4096
 
@@ -66,8 +67,9 @@ def run(graph):
             continue
         known.update(zip(node.outputs, results))
         # a node of literals alone (a creation op) stays; so does a returned value (as a
-        # constant, every call would hand back the same tensor)
-        if not node.input_tuple() or any(o in rw.returned for o in node.outputs):
+        # constant, every call would hand back the same tensor), and a broadcast, a view whose readers
+        # read its source's few elements where a constant would be every element in memory
+        if not node.input_tuple() or any(o in rw.returned for o in node.outputs) or node.op.name in BROADCASTS:
             continue
         constants = [graph.add_constant(f"fold_{o.name}", t, o.type) for o, t in zip(node.outputs, results)]
         known.update(zip(constants, results))

@@ -177,7 +177,8 @@ for _names, _rule in (("mul", _mul), ("true_divide", _divide), ("add", _add), ("
     registry.attach("simplification", _names, _rule)
 
 
-_BROADCASTS = ("expand", "expand_as", "broadcast_to")
+# The views that broadcast their source (`_unbroadcast` reads that source; sink and fold keep them views)
+BROADCASTS = ("expand", "expand_as", "broadcast_to")
 # Whether a pointwise op reads ``x`` for its operand ``expand(x)`` (`_unbroadcast`); benchmarks/multiout.py compares
 # the steps built with and without.
 BROADCAST_READS = True
@@ -192,7 +193,7 @@ def _unbroadcast(node):
     args, changed = list(node.args), False
     for i in positions:
         a = args[i]
-        if not isinstance(a, Value) or a.node is None or a.node.op.name not in _BROADCASTS:
+        if not isinstance(a, Value) or a.node is None or a.node.op.name not in BROADCASTS:
             continue
         x = a.node.args[0]
         if not isinstance(x, Value) or not x.type.shape or x.type.dtype != a.type.dtype \

@@ -33,10 +33,7 @@ from ..graph import Node, Value
 from ..lowerable import kind_of
 from ..values import TensorType
 from .rewrite import Rewriter, graph_pass, has_effects
-from .simplify import permutation, permutation_chain
-
-
-_BROADCASTS = ("expand", "expand_as", "broadcast_to")
+from .simplify import BROADCASTS, permutation, permutation_chain
 
 
 def batch_first(ndim):
@@ -59,7 +56,7 @@ def _operands(node, dims, sinking):
             operands.append(a)
         elif a.type.ndim == 0:
             operands.append(a)
-        elif a.type.shape != out.shape or a.node is not None and a.node.op.name in _BROADCASTS:
+        elif a.type.shape != out.shape or a.node is not None and a.node.op.name in BROADCASTS:
             operands.append(("broadcast", a))
         elif (chain := permutation_chain(a.node) if a.node is not None else None) is not None and chain[1] == dims:
             operands.append(chain[0])
