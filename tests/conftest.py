@@ -10,6 +10,7 @@ import os
 import shutil
 import sys
 import tempfile
+import warnings
 from pathlib import Path
 
 # pytest -n 2 runs a worker per core: BLAS threads of their own would oversubscribe the cores, and
@@ -50,6 +51,14 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 @pytest.fixture
 def rng():
     return np.random.default_rng(0)
+
+
+@pytest.fixture
+def quiet_warnings():
+    """Warnings ignored for the test (the fuzz regressions' programs, whose ops warn as torch's do)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        yield
 
 
 # sys.modules' size when the heap was last frozen; a test that imports this many modules more is followed by a

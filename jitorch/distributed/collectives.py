@@ -521,9 +521,7 @@ class _Fused:
     def run(self, tensor, array, async_op):
         """The all-reduce of this lane's signature on ``tensor``'s own ``array``, finished (AVG divides; the
         version moves): `all_reduce` takes it as the group's hot all-reduce, without its plan's steps."""
-        self.reduce(self.plan, array, "all_reduce")
-        self.plan.finish(tensor, array)
-        return Work([], None, self.timeout, "all_reduce", [tensor]) if async_op else None
+        return self.run_plan(self.plan, tensor, array, async_op)
 
     def run_plan(self, plan, tensor, array, async_op):
         """`_Plan.run` in this lane: `reduce`, then ``plan``'s finish."""

@@ -5,7 +5,6 @@ that neither the program fuzzer nor the model fuzzer drew before: 1-d and 2-d co
 channels-last half the time, checked in every mode with their gradients and the parts they reach
 (`reach.Reach`), and trained under ``jitorch.compile(model)``."""
 
-import warnings
 from dataclasses import replace
 
 import pytest
@@ -19,11 +18,7 @@ from tests.fuzz.oracle import CPU_MODES, MODES, check
 from tests.fuzz.reach import Reach
 
 
-@pytest.fixture(autouse=True)
-def _quiet():
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        yield
+pytestmark = pytest.mark.usefixtures("quiet_warnings")
 
 
 def _alone(program, tag, which=0):

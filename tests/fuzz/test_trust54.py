@@ -2,7 +2,6 @@
 three layouts (``--export``, `oracle.run_exported`), and statements inside grad-mode and autocast regions
 (``--regions``, `generator.Generator.in_region`), which no fuzzer drew before; with the bugs they found."""
 
-import warnings
 
 import numpy as np
 import pytest
@@ -17,11 +16,7 @@ from tests.fuzz.oracle import CPU_MODES, EXPORTED, check, run_exported
 from tests.fuzz.reach import PARTS, Reach, program_regions
 
 
-@pytest.fixture(autouse=True)
-def _quiet():
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        yield
+pytestmark = pytest.mark.usefixtures("quiet_warnings")
 
 
 def test_exported_output_views_its_input_after_an_index_write_seed_1005(tmp_path):

@@ -2,7 +2,6 @@
 `generator.Generator.edge_pattern`), inputs laid out channels-last or expanded (`program.EDGE_LAYOUTS`), and the
 ``--models`` gradient penalty differentiated by ``autograd.grad``; with the bug that last one finds."""
 
-import warnings
 
 import numpy as np
 import pytest
@@ -16,11 +15,7 @@ from tests.fuzz.oracle import CPU_MODES, check
 from tests.fuzz.program import TensorDecl, make_tensor
 
 
-@pytest.fixture(autouse=True)
-def _quiet():
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        yield
+pytestmark = pytest.mark.usefixtures("quiet_warnings")
 
 
 def test_edges_draws_every_kind_of_edge_statement_that_torch_runs():

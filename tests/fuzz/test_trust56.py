@@ -18,11 +18,7 @@ from tests.fuzz.program import Program, Stmt, TensorDecl
 EAGER_MODES = ("torch", "eager")
 
 
-@pytest.fixture(autouse=True)
-def _quiet():
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        yield
+pytestmark = pytest.mark.usefixtures("quiet_warnings")
 
 
 def _session55_program(seed):
