@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from .collectives import (Work, all_gather, all_gather_into_tensor, all_reduce, all_to_all_single, barrier,
                           broadcast, gather, irecv, isend, recv, reduce, reduce_scatter_tensor, scatter, send)
+from .device_mesh import DeviceMesh, init_device_mesh
 from .monitored import monitored_barrier
 from .objects import (all_gather_object, broadcast_object_list, gather_object, recv_object_list,
                       scatter_object_list, send_object_list)
@@ -25,10 +26,10 @@ from .process_group import (GroupMember, ProcessGroup, ReduceOp, destroy_process
                             is_torchelastic_launched, new_group)
 from .process_group import World as group
 
-__all__ = ["GroupMember", "ProcessGroup", "ReduceOp", "Work", "all_gather", "all_gather_into_tensor",
+__all__ = ["DeviceMesh", "GroupMember", "ProcessGroup", "ReduceOp", "Work", "all_gather", "all_gather_into_tensor",
            "all_gather_object", "all_reduce", "all_to_all_single", "barrier", "broadcast", "broadcast_object_list",
            "destroy_process_group", "gather", "gather_object", "get_backend", "get_node_local_rank", "get_rank",
-           "get_world_size", "group", "init_process_group", "irecv", "is_available", "is_gloo_available",
+           "get_world_size", "group", "init_device_mesh", "init_process_group", "irecv", "is_available", "is_gloo_available",
            "is_initialized", "is_mpi_available", "is_nccl_available", "is_torchelastic_launched", "isend",
            "monitored_barrier", "new_group", "recv", "recv_object_list", "reduce", "reduce_scatter_tensor", "scatter",
            "scatter_object_list", "send", "send_object_list"]

@@ -277,9 +277,7 @@ def run_rank(args):
         point_streams(plan, local)
     folder = os.environ.pop("JITORCHRUN_ENDS", None)
     if folder is not None:  # (`Ends`: the launcher names the rank that failed first)
-        with open(os.path.join(folder, f"{rank}.tmp"), "w") as f:
-            f.write(str(os.getpid()))
-        os.replace(os.path.join(folder, f"{rank}.tmp"), os.path.join(folder, f"{rank}.pid"))
+        note(folder, f"{rank}.pid", str(os.getpid()))
     if args.no_python:
         os.execvp(args.script, [args.script, *args.script_args])
     sys.argv = [args.script, *args.script_args]
@@ -293,8 +291,7 @@ def run_rank(args):
         what = f"rank {rank} (local rank {local}) raised {type(error).__name__}: {error}"
         print(f"jitorchrun: {what}", file=sys.stderr, flush=True)
         if folder is not None:
-            with open(os.path.join(folder, f"{rank}.raised"), "w") as f:
-                f.write(f"{time.monotonic()} {what}")  # (the machine's one monotonic clock)
+            note(folder, f"{rank}.raised", f"{time.monotonic()} {what}")  # (the machine's one monotonic clock)
         # with MPI running, Python's exit would wait in MPI's finalize for the other ranks, which wait for this
         # one in their next collective until the group's timeout (30 minutes by default): abort the job instead,
         # as ``python -m mpi4py`` does, so that mpiexec stops every rank now
@@ -306,6 +303,15 @@ def run_rank(args):
         MPI.COMM_WORLD.Abort(1)
     if folder is not None:  # (its process may still fail: MPI aborts at exit after a timed-out collective)
         open(os.path.join(folder, f"{rank}.done"), "w").close()
+
+
+def note(folder, name, text):
+    """Write ``text`` into ``folder``'s file ``name`` whole or not at all: the launcher reads these files while
+    the ranks run, and mpiexec may kill a rank in the middle of a write (once another rank aborted the job),
+    which left the launcher an empty ``.raised`` file to parse."""
+    with open(os.path.join(folder, f"{name}.tmp"), "w") as f:
+        f.write(text)
+    os.replace(os.path.join(folder, f"{name}.tmp"), os.path.join(folder, name))
 
 
 class Ends:

@@ -1,5 +1,7 @@
-"""DistributedDataParallel takes torch's arguments in torch's order: what it does not implement is refused,
-never ignored, and init_sync=False skips the construction's check and broadcast."""
+"""DistributedDataParallel takes torch's arguments in torch's order, with torch's errors for those given wrongly,
+and init_sync=False skips the construction's check and broadcast."""
+
+import re
 
 import pytest
 
@@ -9,15 +11,17 @@ from jitorch.nn.parallel import DistributedDataParallel
 from .checking import world_of_one
 
 
-@pytest.mark.parametrize("argument,value,why", [
-    ("device_mesh", object(), "jitorch has no DeviceMesh"),
-    ("delay_all_reduce_named_params", [("w", None)], "started as backward produces it"),
-    ("param_to_hook_all_reduce", object(), "started as backward produces it")])
-def test_an_argument_jitorch_does_not_implement_is_refused_before_any_group_is_needed(argument, value, why):
-    """Refused, never ignored, with the reason (session 56: mixed_precision and skip_all_reduce_unused_params
-    are implemented, tests/distributed/dist56_check.py)."""
-    with pytest.raises(NotImplementedError, match=f"does not implement {argument}.*{why}"):
-        DistributedDataParallel(jt.nn.Linear(2, 2), **{argument: value})
+@pytest.mark.parametrize("arguments,error,message", [
+    ({"delay_all_reduce_named_params": []}, ValueError,
+     "delay_all_reduce_named_params and param_to_hook_all_reduce need to be set at the same time."),
+    ({"param_to_hook_all_reduce": jt.zeros(1)}, ValueError, "need to be set at the same time"),
+    ({"process_group": object(), "device_mesh": object()}, RuntimeError,
+     "Cannot specify both process_group and device_mesh arguments.")])
+def test_arguments_given_wrongly_raise_torchs_errors_before_any_group_is_needed(arguments, error, message):
+    """(Session 57: device_mesh and the delayed all-reduce are implemented, tests/distributed/dist57_check.py;
+    session 56: mixed_precision and skip_all_reduce_unused_params, dist56_check.py.)"""
+    with pytest.raises(error, match=re.escape(message)):
+        DistributedDataParallel(jt.nn.Linear(2, 2), **arguments)
 
 
 def test_an_argument_torch_does_not_have_is_a_type_error():

@@ -17,6 +17,7 @@ compiled step stays one graph.
 
 from __future__ import annotations
 
+import math
 import os
 import threading
 import time
@@ -29,7 +30,7 @@ from ... import distributed as dist
 from ...compiler import is_compiling
 from ...distributed.collectives import started_all_reduce
 from ...distributed.mpi_backend import mpi, op_of, wait
-from ...distributed.process_group import resolve
+from ...distributed.process_group import ProcessGroup, resolve
 from ... import Tensor, bfloat16, cat, zeros_like
 from ...autograd.engine import when_backward_ends
 from ...runtime.grad_mode import is_grad_enabled, no_grad
@@ -86,10 +87,13 @@ class DistributedDataParallel(Module):
     ranks always decide alike. ``mixed_precision``: a `_MixedPrecision` (torch's, or one with its three
     attributes), eager steps only.
 
-    ``device_mesh`` raises NotImplementedError: it builds the group from a DeviceMesh, which jitorch does not
-    have (give ``process_group``). ``delay_all_reduce_named_params`` and ``param_to_hook_all_reduce`` raise it
-    too: they hand some parameters' all-reduce to a hook of another parameter, for torch's overlap of
-    communication with compute on separate streams, which buckets started in gradient order already give here.
+    ``device_mesh``: a 1-D `jitorch.distributed.device_mesh.DeviceMesh` whose group is the process group (not
+    with ``process_group``). ``delay_all_reduce_named_params`` (``(name, parameter)`` pairs) and
+    ``param_to_hook_all_reduce`` (a parameter), as torch's: those parameters leave the buckets, and their
+    gradients are averaged in one bucket of their own, started when ``param_to_hook_all_reduce``'s gradient is
+    computed (once theirs are all accumulated), else when backward ends, and written into ``.grad`` when
+    backward ends (zeros for those no rank used, as torch's). Unlike torch's, they accumulate locally under
+    ``no_sync`` as the others do (torch averages them at each backward: the same sum by the synced step).
     """
 
     def __init__(self, module, device_ids=None, output_device=None, dim=0, broadcast_buffers=True, init_sync=True,
@@ -97,22 +101,19 @@ class DistributedDataParallel(Module):
                  gradient_as_bucket_view=False, static_graph=False, delay_all_reduce_named_params=None,
                  param_to_hook_all_reduce=None, mixed_precision=None, device_mesh=None,
                  skip_all_reduce_unused_params=False):
-        # torch's arguments in torch's order; those that would change what is computed or communicated and
-        # that jitorch does not implement are refused, never ignored (a run asking for them would otherwise go
-        # on without them, without a word)
+        # torch's arguments in torch's order, and torch's errors for those given wrongly
+        if (delay_all_reduce_named_params is None) != (param_to_hook_all_reduce is None):
+            raise ValueError("delay_all_reduce_named_params and param_to_hook_all_reduce need to be set at the same "
+                             "time.")
+        if process_group is not None and device_mesh is not None:
+            raise RuntimeError("Cannot specify both process_group and device_mesh arguments.")
         if device_mesh is not None:
-            raise NotImplementedError("jitorch's DistributedDataParallel does not implement device_mesh: jitorch "
-                                      "has no DeviceMesh; give the mesh's group as process_group")
-        delayed = {"delay_all_reduce_named_params": delay_all_reduce_named_params,
-                   "param_to_hook_all_reduce": param_to_hook_all_reduce}
-        given = [name for name, value in delayed.items() if value is not None]
-        if given:
-            raise NotImplementedError(f"jitorch's DistributedDataParallel does not implement {', '.join(given)}: "
-                                      "torch's delayed all-reduce overlaps it with compute on separate streams; "
-                                      "here every parameter's gradient goes in a bucket started as backward "
-                                      "produces it")
+            if device_mesh.ndim != 1:
+                raise RuntimeError(f"Only 1D device mesh is supported, but got {device_mesh}.")
+            process_group = device_mesh.get_group(mesh_dim=0)
         super().__init__()
         self.module = module
+        self.device_mesh = device_mesh
         self.process_group = process_group
         self.broadcast_buffers = broadcast_buffers
         self.find_unused_parameters = find_unused_parameters
@@ -124,13 +125,15 @@ class DistributedDataParallel(Module):
         self._world = self._group.size()
         self._src = self._group.ranks[0]
         seen = set()
+        delayed = [p for _, p in delay_all_reduce_named_params or () if p.requires_grad
+                   and not (id(p) in seen or seen.add(id(p)))]
         params = [p for p in module.parameters() if p.requires_grad and not (id(p) in seen or seen.add(id(p)))]
-        if not params:
+        if not params and not delayed:
             raise RuntimeError("DistributedDataParallel is not needed when a module doesn't have any parameter "
                                "that requires a gradient.")
         if init_sync:  # (init_sync=False: the caller vouches that every rank starts from the same state)
             if not is_compiling():
-                self._verify_same_model(params)
+                self._verify_same_model(params + delayed)
             with no_grad():
                 self._broadcast([*module.parameters(), *module.buffers()])
         if mixed_precision is not None:
@@ -138,6 +141,13 @@ class DistributedDataParallel(Module):
         cap = (25 if bucket_cap_mb is None else bucket_cap_mb) * 2 ** 20
         self._buckets = self._bucketed(params[::-1], min(cap, FIRST_BUCKET_BYTES), cap, self._reduce_dtype)
         self._bucket_of = {id(p): b for b in self._buckets for p in b.params}
+        # delay_all_reduce_named_params: one bucket (one per dtype) on a communicator of its own, so that it may
+        # start between the other buckets at another point on each rank without MPI pairing it with one of them
+        self._delayed = self._bucketed(delayed, math.inf, math.inf, self._reduce_dtype)
+        self._delayed_ids = {id(p) for p in delayed}
+        self._delayed_group = _twin(self._group) if delayed else None
+        self._delaying = False  # a synced backward is to reduce the delayed bucket
+        self._delayed_seen, self._hooked, self._delayed_started, self._watching = set(), False, False, False
         self._next = 0  # the next bucket to start: they start in order on every rank
         self._progress = _Progress(self._group)
         self._expecting = False
@@ -145,8 +155,10 @@ class DistributedDataParallel(Module):
         self._params = params
         self._used, self._used_request, self._unused = None, None, frozenset()
         self._low = {}  # mixed precision: id of a parameter -> its copy in param_dtype that the last forward used
-        for p in params:
+        for p in params + delayed:
             p.register_post_accumulate_grad_hook(self._grad_ready)
+        if param_to_hook_all_reduce is not None:
+            param_to_hook_all_reduce.register_hook(self._delay_hook)
 
     def _reduce_dtype(self, param):
         """The dtype ``param``'s gradient is all-reduced in."""
@@ -186,6 +198,8 @@ class DistributedDataParallel(Module):
         default its own)."""
         dtype_of = dtype_of or (lambda p: p.dtype)
         buckets, current, size = [], [], 0
+        if not params:
+            return buckets
         for p in params:
             limit = first_cap if not buckets else cap
             if current and (size + p.numel() * p.element_size() > limit or dtype_of(p) != dtype_of(current[0])):
@@ -218,6 +232,8 @@ class DistributedDataParallel(Module):
         else:
             output = self.module(*inputs, **kwargs)
         self._expecting = is_grad_enabled() and self.require_backward_grad_sync
+        self._delaying = self._expecting and bool(self._delayed)
+        self._delayed_seen, self._hooked, self._delayed_started, self._watching = set(), False, False, False
         if self._expecting:
             for bucket in self._buckets:
                 bucket.ready, bucket.work = 0, None
@@ -253,7 +269,7 @@ class DistributedDataParallel(Module):
                         low = self._low[id(p)] = Parameter(p.detach().to(dtype), requires_grad=p.requires_grad)
                         if p.grad is not None:
                             low.grad = p.grad.detach().to(dtype)
-                    if p.requires_grad and id(p) in self._bucket_of:
+                    if p.requires_grad and (id(p) in self._bucket_of or id(p) in self._delayed_ids):
                         low.register_post_accumulate_grad_hook(lambda _, p=p: self._copy_ready(p))
                 module._parameters[name] = low
                 swapped.append((module, name, p))
@@ -284,19 +300,73 @@ class DistributedDataParallel(Module):
     def _copy_ready(self, param):
         """Mixed precision: the gradient of ``param``'s copy is accumulated. Unsynced (``no_sync``), it is the
         parameter's gradient, in the parameter's dtype; else it counts the parameter ready."""
-        if self._expecting and self.require_backward_grad_sync:
+        if self._syncing(param):
             self._grad_ready(param)
         else:
             with no_grad():
                 param.grad = self._low[id(param)].grad.to(param.dtype)
 
+    def _syncing(self, param):
+        """Whether this backward averages ``param``'s gradient (a delayed parameter's after the others')."""
+        return (self._delaying if id(param) in self._delayed_ids else self._expecting) and \
+            self.require_backward_grad_sync
+
     def _grad_ready(self, param):
-        if self._expecting and self.require_backward_grad_sync:
-            if not self._ready and is_compiling():
-                # a compiled step replays its graph without running this again: check when its trace's
-                # backward ends instead of at the next forward
-                when_backward_ends(lambda: self._expecting and self._unfinished())
-            self._mark_ready(param)
+        if not self._syncing(param):
+            return
+        self._watch()
+        if id(param) in self._delayed_ids:
+            self._delayed_seen.add(id(param))
+            self._start_delayed_when_due()
+            return
+        if not self._ready and is_compiling():
+            # a compiled step replays its graph without running this again: check when its trace's
+            # backward ends instead of at the next forward
+            when_backward_ends(lambda: self._expecting and self._unfinished())
+        self._mark_ready(param)
+
+    def _delay_hook(self, grad):
+        """``param_to_hook_all_reduce``'s gradient is computed: the delayed bucket starts, once every delayed
+        parameter's gradient has been accumulated (torch starts it here whatever has been; a gradient
+        accumulated after it would then go unaveraged)."""
+        if self._delaying:
+            self._hooked = True
+            self._watch()
+            self._start_delayed_when_due()
+
+    def _watch(self):
+        # the delayed bucket is reduced at the latest when this backward ends, on every rank (also where the
+        # hooked parameter got no gradient): a rank that skipped it would leave the others waiting
+        if self._delaying and not self._watching:
+            self._watching = when_backward_ends(self._end_delayed)
+
+    def _start_delayed_when_due(self):
+        if self._hooked and not self._delayed_started and len(self._delayed_seen) == len(self._delayed_ids):
+            self._start_delayed()
+
+    def _start_delayed(self):
+        self._delayed_started = True
+        for bucket in self._delayed:
+            self._launch(bucket, self._delayed_group)
+
+    def _end_delayed(self):
+        """When a synced backward ends: the delayed bucket started (if its hook did not start it) and waited
+        for, and its averages written into ``.grad`` (zeros for a parameter no rank used, as torch's, whose
+        ``.grad`` of those parameters are views of a zeroed buffer)."""
+        self._watching = False
+        if not self._delaying:
+            return
+        self._delaying = False
+        if not self._delayed_started:
+            self._start_delayed()
+        if is_compiling():
+            return  # the graph's reduction wrote the gradients back already
+        for bucket in self._delayed:
+            bucket.work.wait()
+            if self.mixed_precision is not None:
+                bucket.buffer.div_(self._world)
+            self._write_back(bucket)
+        self._low = {}
 
     def _unfinished(self):
         """torch's RuntimeError for a backward that left buckets unreduced: some parameters got no gradient
@@ -333,15 +403,21 @@ class DistributedDataParallel(Module):
     def _start(self, bucket):
         if self._skipped(bucket):
             return
+        self._launch(bucket, self._group)
+        if bucket.work is not None:
+            self._progress.add(bucket.work)
+
+    def _launch(self, bucket, group):
+        """Start the sum of ``bucket``'s gradients over ``group`` (inside ``jitorch.compile``: a node of the
+        graph, which also writes them back)."""
         if is_compiling():
-            self._reduce_in_graph(bucket)
+            self._reduce_in_graph(bucket, group)
             return
         self._fill(bucket)
         if bucket.buffer.dtype == bfloat16:  # MPI reduces it through float32 copies, which all_reduce makes
-            bucket.work = dist.all_reduce(bucket.buffer, group=self.process_group, async_op=True)
+            bucket.work = dist.all_reduce(bucket.buffer, group=group, async_op=True)
         else:
-            bucket.work = started_all_reduce(bucket.buffer, self.process_group)
-        self._progress.add(bucket.work)
+            bucket.work = started_all_reduce(bucket.buffer, group)
 
     def _fill(self, bucket):
         """Copy the bucket's gradients into its buffer, each divided by the world's size on its way in, as
@@ -360,11 +436,11 @@ class DistributedDataParallel(Module):
                 np.multiply(grad._array().reshape(-1), scale, out=flat, casting="unsafe")
             part._bump_version()
 
-    def _reduce_in_graph(self, bucket):
+    def _reduce_in_graph(self, bucket, group):
         unused = self._globally_unused()  # known when tracing: the graph leaves those gradients alone
         with no_grad():
             flat = cat([(zeros_like(p) if p.grad is None else p.grad).reshape(-1) for p in bucket.params])
-            averaged = _graph_ops().all_reduce(flat, "AVG", self._group.id)
+            averaged = _graph_ops().all_reduce(flat, "AVG", group.id)
             for p, size, start in zip(bucket.params, bucket.sizes, _starts(bucket.sizes)):
                 if id(p) in unused:
                     continue
@@ -387,7 +463,8 @@ class DistributedDataParallel(Module):
             if self.mixed_precision is not None:
                 bucket.buffer.div_(self._world)
             self._write_back(bucket, unused)
-        self._low = {}  # (the copies' gradients are in .grad now)
+        if not self._delaying:
+            self._low = {}  # (the copies' gradients are in .grad now; the delayed bucket's are read later)
 
     def _write_back(self, bucket, unused=frozenset()):
         """The averaged gradients into ``.grad`` (their own memory, or views of the bucket with
@@ -468,6 +545,11 @@ class _Progress:
             self.thread.join()
             self.thread = None
         self.works, self.done = [], 0
+
+
+def _twin(group):
+    """A group of ``group``'s ranks on a communicator of its own (every rank of ``group`` makes it)."""
+    return ProcessGroup(group.comm.Dup(), group.ranks, group.backend, group.timeout)
 
 
 def _cast_buffers(module, dtype):
