@@ -9,8 +9,8 @@
   buckets and are averaged in one bucket on a communicator of their own (counted there), started at the hooked
   parameter's gradient (or at backward's end where that one gets none), eager and compiled (one graph, one
   all-reduce node more), every parameter delayed, a hooked parameter whose gradient comes before the delayed
-  ones', parameters no rank used (zeros, as torch's), ``no_sync`` and mixed precision: each trains as one
-  process on the whole batch.
+  ones', parameters no rank used (zeros, as torch's), ``no_sync``, and mixed precision (eager, and compiled:
+  one graph with its casts): each trains as one process on the whole batch.
 """
 
 import datetime
@@ -223,17 +223,25 @@ def delayed_checks():
         dist.all_reduce(q.grad, op=dist.ReduceOp.AVG)
         np.testing.assert_allclose(p.grad.numpy(), q.grad.numpy(), rtol=1e-5, atol=1e-7)
     check.passed += 1
-    # mixed precision: the delayed parameters' float32 copies count them ready; .grad in float64
-    jt.manual_seed(7)
-    wide = mlp(jt.float64)
-    single = mlp()
-    single.load_state_dict({k: v.float() for k, v in wide.state_dict().items()})
-    ddp = delayed_ddp(wide, first, "2.weight", mixed_precision=_MixedPrecision(param_dtype=jt.float32))
-    train(ddp, [(x.double(), y.double()) for x, y in data], part=(rank, size))
-    train(single, data)
-    assert all(p.grad.dtype == jt.float64 for p in wide.parameters())
-    same(wide, single, atol=2e-6)
-    check.passed += 1
+    # mixed precision, eager (the delayed parameters' float32 copies count them ready) and compiled (one graph:
+    # the casts are nodes of it): as one float32 process, .grad in float64
+    for compiled in (False, True):
+        jt.manual_seed(7)
+        wide = mlp(jt.float64)
+        single = mlp()
+        single.load_state_dict({k: v.float() for k, v in wide.state_dict().items()})
+        ddp = delayed_ddp(wide, first, "2.weight", mixed_precision=_MixedPrecision(param_dtype=jt.float32))
+        step = train(ddp, [(x.double(), y.double()) for x, y in data], part=(rank, size), compiled=compiled)
+        train(single, data)
+        assert all(p.grad.dtype == jt.float64 for p in wide.parameters())
+        same(wide, single, atol=2e-6)
+        if compiled:
+            x, y = data[0]
+            report = str(jt.explain(step, x[rank::size].double(), y[rank::size].double()))
+            assert "runs eagerly" not in report, report
+            assert "f32[8, 5] = _to_copy(%model.module.0.weight, dtype=f32" in report, report
+            assert report.count("eager: _c10d_all_reduce (external)") == len(ddp._buckets) + 1, report
+        check.passed += 1
     raises("delay_all_reduce_named_params and param_to_hook_all_reduce need to be set at the same time.",
            lambda: DDP(mlp(), delay_all_reduce_named_params=[]), ValueError)
 

@@ -85,7 +85,7 @@ class DistributedDataParallel(Module):
     whose parameters went unused; torch decides from each rank's own unused parameters and hangs when they
     differ between ranks, jitorch from every rank's (the exchange ``find_unused_parameters`` makes), so the
     ranks always decide alike. ``mixed_precision``: a `_MixedPrecision` (torch's, or one with its three
-    attributes), eager steps only.
+    attributes); in a compiled step its casts are nodes of the graph (`_forward_in`).
 
     ``device_mesh``: a 1-D `jitorch.distributed.device_mesh.DeviceMesh` whose group is the process group (not
     with ``process_group``). ``delay_all_reduce_named_params`` (``(name, parameter)`` pairs) and
@@ -253,18 +253,23 @@ class DistributedDataParallel(Module):
         """The module's forward on copies of its floating point parameters and inputs in ``dtype`` (torch's
         mixed precision): each module holds its parameters' copies only during the call. A copy is a leaf whose
         gradient, once accumulated, counts its parameter ready; it starts from the parameter's ``.grad`` cast
-        to ``dtype`` (so gradients accumulated without syncing go on accumulating, in ``dtype``, as torch's)."""
-        if is_compiling():
-            raise NotImplementedError("DistributedDataParallel(mixed_precision=) inside jitorch.compile: its "
-                                      "parameter copies are made per forward outside the graph; run the step eagerly")
+        to ``dtype`` (so gradients accumulated without syncing go on accumulating, in ``dtype``, as torch's).
+
+        Inside ``jitorch.compile`` a copy is the parameter's cast instead, a node of the graph like the cast of
+        its gradient back in backward, which accumulates into the parameter's ``.grad`` (in its dtype: without
+        syncing, gradients accumulate there, more precisely than torch's in ``dtype``); the bucket's
+        reduction casts the gradients to the reduce dtype (`_reduce_in_graph`)."""
         self._low = {}
+        casts = {}  # (compiling: a graph cannot keep tensors it computes in Python state, such as ``_low``)
         swapped = []
         for module in self.module.modules():
             for name, p in list(module._parameters.items()):
                 if p is None or not p.dtype.is_floating_point:
                     continue
-                low = self._low.get(id(p))
-                if low is None:
+                low = (casts if is_compiling() else self._low).get(id(p))
+                if low is None and is_compiling():
+                    low = casts[id(p)] = p.to(dtype)
+                elif low is None:
                     with no_grad():
                         low = self._low[id(p)] = Parameter(p.detach().to(dtype), requires_grad=p.requires_grad)
                         if p.grad is not None:
@@ -437,16 +442,18 @@ class DistributedDataParallel(Module):
             part._bump_version()
 
     def _reduce_in_graph(self, bucket, group):
+        """The bucket's gradients averaged in its dtype (mixed precision's reduce dtype: cast to it and back, as
+        nodes of the graph) and written into ``.grad``."""
         unused = self._globally_unused()  # known when tracing: the graph leaves those gradients alone
         with no_grad():
             flat = cat([(zeros_like(p) if p.grad is None else p.grad).reshape(-1) for p in bucket.params])
-            averaged = _graph_ops().all_reduce(flat, "AVG", group.id)
+            averaged = _graph_ops().all_reduce(flat.to(bucket.buffer.dtype), "AVG", group.id)
             for p, size, start in zip(bucket.params, bucket.sizes, _starts(bucket.sizes)):
                 if id(p) in unused:
                     continue
                 part = averaged[start:start + size].view(p.shape)
                 if p.grad is None:
-                    p.grad = part.clone()
+                    p.grad = part.to(p.dtype, copy=True)
                 else:
                     p.grad.copy_(part)
 
