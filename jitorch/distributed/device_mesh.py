@@ -83,9 +83,8 @@ class DeviceMesh:
         if self._coordinate is None:
             raise RuntimeError("In order to get the mesh Tensor of a DeviceMesh it needs to either have all its "
                                "original dimensions (e.g., no slicing) or it needs to contain the local rank")
-        index = tuple(slice(None) if d in self._dims else c for d, c in enumerate(self._coordinate))
-        kept = [d for d in range(self._root._ranks.ndim) if d in self._dims]
-        return np.transpose(self._root._ranks[index], [kept.index(d) for d in self._dims])
+        # (a slice's dimensions keep their root's order: `__getitem__` refuses others, as torch does)
+        return self._root._ranks[tuple(slice(None) if d in self._dims else c for d, c in enumerate(self._coordinate))]
 
     @property
     def mesh_dim_names(self):

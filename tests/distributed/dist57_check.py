@@ -45,6 +45,7 @@ def mesh_checks():
     assert dp.get_group().ranks == [col, col + 2] and mesh.get_group("tp").ranks == [2 * row, 2 * row + 1]
     assert mesh.get_all_groups() == [dp.get_group(), tp.get_group()] and dp._get_root_mesh() is mesh
     assert dp == mesh["dp"] and dp != mesh and mesh["dp", "tp"] is mesh and mesh.get_rank() == rank
+    assert dist.DeviceMesh is DeviceMesh and dist.init_device_mesh is init_device_mesh
     check.passed += 1
     for name, group, peers in (("dp", dp.get_group(), [col, col + 2]), ("tp", tp.get_group(), [2 * row, 2 * row + 1])):
         t = jt.full((3,), float(rank + 1))
