@@ -141,7 +141,7 @@ class KernelStep:
         args = self.args_type(*[arena.address(v) for v in (*self.inputs, *self.outputs)])
         split = self.kernel.source.split
         if split is not None:
-            partials = np.empty(split.parts, split.dtype.np)
+            partials = allocator.aligned_bytes(split.parts * split.dtype.itemsize).view(split.dtype.np)
             arena.buffers.append(partials)
             args[len(self.inputs)] = _address(partials)
         return args
@@ -349,7 +349,9 @@ _WRITERS_LAID_OUT = {"_attention": (lambda node: node.outputs[0].type.device.typ
 def _compute_laid_out(node, env, strides):
     """`_compute` of a node of `_WRITERS_LAID_OUT`, its first result written in new memory with ``strides``."""
     out = node.outputs[0]
-    t = Tensor._make(Storage.empty(_numel(out), out.type.dtype, out.type.device), out.type.shape, strides, 0)
+    dtype = out.type.dtype  # (aligned as the arena's buffers are: the attention kernel writes its rows)
+    t = Tensor._make(Storage(allocator.aligned_bytes(_numel(out) * dtype.itemsize).view(dtype.np), dtype),
+                     out.type.shape, strides, 0)
     env[out] = t
     rest = _WRITERS_LAID_OUT[node.op.name][1](t, *[_substitute(a, env, False) for a in node.args])
     for v, r in zip(node.outputs[1:], rest if isinstance(rest, (tuple, list)) else (rest,)):
@@ -660,7 +662,8 @@ class Arena:
     """The buffers of one in-flight call: one flat byte array per slot of the plan."""
 
     def __init__(self, plan, steps, runs=()):
-        self.buffers = [np.empty(nbytes, np.uint8) for nbytes in plan.slot_bytes]
+        # (each starting a cache line: a kernel's vectors then never straddle two at a row's start)
+        self.buffers = [allocator.aligned_bytes(nbytes) for nbytes in plan.slot_bytes]
         self.tensors = {v: _wrap(self.buffers[slot][:v.type.dtype.itemsize * _numel(v)]
                                  .view(v.type.dtype.np).reshape(v.type.shape), v)
                         for v, slot in plan.slots.items()}
