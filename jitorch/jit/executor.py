@@ -11,7 +11,8 @@ strides and offset (a convolution's product permuted to ``[N, C, H, W]``).
 Memory is planned once, when the graph is built (see `_plan`):
 
 * an intermediate that never leaves the call lives in an *arena* buffer owned
-  by the compiled graph; values whose lifetimes do not overlap share a buffer,
+  by the compiled graph, which starts a cache line (`allocator.aligned_bytes`);
+  values whose lifetimes do not overlap share a buffer,
   and every kernel's argument array is built once per arena, so a call only
   patches the addresses of its inputs and of its escaping outputs;
 * an output, a value written back into an input, or anything a view of it may
