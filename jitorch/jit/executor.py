@@ -350,9 +350,7 @@ _WRITERS_LAID_OUT = {"_attention": (lambda node: node.outputs[0].type.device.typ
 def _compute_laid_out(node, env, strides):
     """`_compute` of a node of `_WRITERS_LAID_OUT`, its first result written in new memory with ``strides``."""
     out = node.outputs[0]
-    dtype = out.type.dtype  # (aligned as the arena's buffers are: the attention kernel writes its rows)
-    t = Tensor._make(Storage(allocator.aligned_bytes(_numel(out) * dtype.itemsize).view(dtype.np), dtype),
-                     out.type.shape, strides, 0)
+    t = Tensor._make(_aligned_storage(_numel(out), out.type.dtype, out.type.device), out.type.shape, strides, 0)
     env[out] = t
     rest = _WRITERS_LAID_OUT[node.op.name][1](t, *[_substitute(a, env, False) for a in node.args])
     for v, r in zip(node.outputs[1:], rest if isinstance(rest, (tuple, list)) else (rest,)):
@@ -612,9 +610,17 @@ def _strided(t, strides, offset, size):
     in place reads), else a copy of its values laid out so in new memory of ``size`` elements."""
     if t._stride == strides and t._offset == offset:
         return t
-    out = Tensor._make(Storage.empty(size, t.dtype, t.device), t._shape, strides, offset)
+    out = Tensor._make(_aligned_storage(size, t.dtype, t.device), t._shape, strides, offset)
     out._array()[...] = t._array()
     return out
+
+
+def _aligned_storage(size, dtype, device):
+    """New memory of ``size`` elements of ``dtype`` for a kernel or an eager writer to fill within the call, starting a
+    cache line as the arena's buffers do (on the CPU)."""
+    if device.type != "cpu":
+        return Storage.empty(size, dtype, device)
+    return Storage(allocator.aligned_bytes(size * dtype.itemsize).view(dtype.np), dtype)
 
 
 def _compute(node, env):
