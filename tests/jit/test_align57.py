@@ -1,7 +1,8 @@
 """Every buffer a compiled step's memory plan gives out starts a cache line (64 bytes): the arena's slots, a split
 reduction's partials, an attention output written in its reader's layout, a copy laid out for a kernel to read
-in place, and the caching allocator's large buffers; NumPy's malloc gave 16-byte alignment, and the attention kernels ran 4-9% slower on such arrays. The
-arena grows by under 64 bytes per buffer, and the plan's sharing of slots is unchanged."""
+in place, and the caching allocator's large buffers; NumPy's malloc gave 16-byte alignment, and the attention
+kernels ran 4-9% slower on such arrays. The arena grows by under 64 bytes per buffer (63 each), and the plan's
+sharing of slots is unchanged."""
 
 from __future__ import annotations
 
