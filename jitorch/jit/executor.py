@@ -11,7 +11,8 @@ strides and offset (a convolution's product permuted to ``[N, C, H, W]``).
 Memory is planned once, when the graph is built (see `_plan`):
 
 * an intermediate that never leaves the call lives in an *arena* buffer owned
-  by the compiled graph; values whose lifetimes do not overlap share a buffer,
+  by the compiled graph, which starts a cache line (`allocator.aligned_bytes`);
+  values whose lifetimes do not overlap share a buffer,
   and every kernel's argument array is built once per arena, so a call only
   patches the addresses of its inputs and of its escaping outputs;
 * an output, a value written back into an input, or anything a view of it may
@@ -141,7 +142,7 @@ class KernelStep:
         args = self.args_type(*[arena.address(v) for v in (*self.inputs, *self.outputs)])
         split = self.kernel.source.split
         if split is not None:
-            partials = np.empty(split.parts, split.dtype.np)
+            partials = allocator.aligned_bytes(split.parts * split.dtype.itemsize).view(split.dtype.np)
             arena.buffers.append(partials)
             args[len(self.inputs)] = _address(partials)
         return args
@@ -349,7 +350,7 @@ _WRITERS_LAID_OUT = {"_attention": (lambda node: node.outputs[0].type.device.typ
 def _compute_laid_out(node, env, strides):
     """`_compute` of a node of `_WRITERS_LAID_OUT`, its first result written in new memory with ``strides``."""
     out = node.outputs[0]
-    t = Tensor._make(Storage.empty(_numel(out), out.type.dtype, out.type.device), out.type.shape, strides, 0)
+    t = Tensor._make(_aligned_storage(_numel(out), out.type.dtype, out.type.device), out.type.shape, strides, 0)
     env[out] = t
     rest = _WRITERS_LAID_OUT[node.op.name][1](t, *[_substitute(a, env, False) for a in node.args])
     for v, r in zip(node.outputs[1:], rest if isinstance(rest, (tuple, list)) else (rest,)):
@@ -609,9 +610,17 @@ def _strided(t, strides, offset, size):
     in place reads), else a copy of its values laid out so in new memory of ``size`` elements."""
     if t._stride == strides and t._offset == offset:
         return t
-    out = Tensor._make(Storage.empty(size, t.dtype, t.device), t._shape, strides, offset)
+    out = Tensor._make(_aligned_storage(size, t.dtype, t.device), t._shape, strides, offset)
     out._array()[...] = t._array()
     return out
+
+
+def _aligned_storage(size, dtype, device):
+    """New memory of ``size`` elements of ``dtype`` for a kernel or an eager writer to fill within the call, starting a
+    cache line as the arena's buffers do (on the CPU)."""
+    if device.type != "cpu":
+        return Storage.empty(size, dtype, device)
+    return Storage(allocator.aligned_bytes(size * dtype.itemsize).view(dtype.np), dtype)
 
 
 def _compute(node, env):
@@ -660,7 +669,8 @@ class Arena:
     """The buffers of one in-flight call: one flat byte array per slot of the plan."""
 
     def __init__(self, plan, steps, runs=()):
-        self.buffers = [np.empty(nbytes, np.uint8) for nbytes in plan.slot_bytes]
+        # (each starting a cache line: a kernel's vectors then never straddle two at a row's start)
+        self.buffers = [allocator.aligned_bytes(nbytes) for nbytes in plan.slot_bytes]
         self.tensors = {v: _wrap(self.buffers[slot][:v.type.dtype.itemsize * _numel(v)]
                                  .view(v.type.dtype.np).reshape(v.type.shape), v)
                         for v, slot in plan.slots.items()}

@@ -109,7 +109,7 @@ def test_large_eager_factories_reuse_a_dead_tensors_buffer_never_a_live_ones(mak
     t.fill_(7.0)
     del t
     gc.collect()
-    pooled = {b.ctypes.data for b in allocator._pool.get(700 * 1000 * 4, [])}
+    pooled = {allocator._aligned(b, 700 * 1000 * 4).ctypes.data for b in allocator._pool.get(700 * 1000 * 4, [])}
     assert address in pooled
     again = make()
     assert again.data_ptr() in pooled
