@@ -59,7 +59,7 @@ from . import lowering
 from .errors import CompileError
 from .emitter import I64, Emitter, Scalar, llvm_type
 from .lanes import lanes, ordered_sum, plain_loop
-from .loops import counted_loop
+from .loops import counted_loop, loop_metadata
 from .target import CPU, vector_bits
 from .machine import selected
 from ..runtime.forks import module_lock
@@ -220,20 +220,6 @@ def _transposed_rows(b, rows):
     return rows
 
 
-def _loop_metadata(module, *entries):
-    """A loop's ``llvm.loop`` metadata node of ``entries`` ((name,) or (name, int or bool value))."""
-    def entry(name, *value):
-        args = [ir.MetaDataString(module, name)]
-        if value:
-            args.append(ir.IntType(1)(value[0]) if isinstance(value[0], bool) else ir.IntType(32)(value[0]))
-        return module.add_metadata(args)
-    # A node of its own: llvmlite's ``add_metadata([])`` gives one node per module, whose operands each call
-    # then overwrote, so every loop of a kernel took the last call's entries.
-    node = ir.values.MDValue(module, [], name=str(len(module.metadata)))
-    node.operands = (node, *(entry(*e) for e in entries))  # (a loop's ID names itself first)
-    return node
-
-
 def staged_tiles(bld, b, e, sizes, writes, compute, start=None, end=None):
     """The loop nest of a kernel that `_tiled` cut (``sizes``: the outer loops, then the two `TILE` loops, the
     transposing read's unit-stride dim and the written one), each tile computed into stack buffers and then
@@ -250,8 +236,8 @@ def staged_tiles(bld, b, e, sizes, writes, compute, start=None, end=None):
     # The loop across the written dim is neither vectorised nor unrolled (vectorised, its stores were
     # scatters), nor is the loop along the read unrolled (fully unrolled first, its elements stayed scalar:
     # 0.5 ms for that copy; kept, LLVM vectorises it: 0.24 ms).
-    kept = _loop_metadata(b.module, ("llvm.loop.unroll.disable",), ("llvm.loop.vectorize.width", 1))
-    along = _loop_metadata(b.module, ("llvm.loop.unroll.disable",))
+    kept = loop_metadata(b.module, ("llvm.loop.unroll.disable",), ("llvm.loop.vectorize.width", 1))
+    along = loop_metadata(b.module, ("llvm.loop.unroll.disable",))
     with b.goto_entry_block():
         bufs = [b.alloca(ir.ArrayType(ptr.type.pointee, tile * tile)) for ptr, _ in writes]
 
@@ -495,7 +481,8 @@ class _Builder:
         self.target.add_entry(module, kernel, source.inputs + source.outputs, source.outer, mode)
         # (the text only: llvmlite's objects of the module weigh several times more, and a source lives as long
         # as its kernel)
-        source.llvm_ir, source.mode = self.target.module_text(module, module.name, self.maps), mode
+        source.llvm_ir = self.target.module_text(module, module.name, self.maps, source.work)
+        source.mode = mode
         source.layouts = {v: tuple(s) for v, s in self.layouts.items() if v in source.inputs or v in source.outputs}
         return source
 
@@ -673,7 +660,7 @@ def _keep_rolled(bld, b, sizes, minimum=ROLLED_MIN):
     elements or more inside another loop of a fixed count (the first loop's bounds are the chunk's); a kernel
     evaluating `mathlib` functions gets the width's metadata in its place (`CpuTarget.module_text`)."""
     if bld.target is CPU and len(sizes) > 2 and sizes[-1] >= minimum and bld.maps:
-        bld.maps[-1][0].set_metadata("llvm.loop", _loop_metadata(b.module, ("llvm.loop.unroll.disable",)))
+        bld.maps[-1][0].set_metadata("llvm.loop", loop_metadata(b.module, ("llvm.loop.unroll.disable",)))
 
 
 def _keep_reduction_rolled(b, sizes, latch):
@@ -685,7 +672,7 @@ def _keep_reduction_rolled(b, sizes, latch):
     vector loop's, not the unrolled one's: the same sum to rounding, and the same bits wherever the reduction is
     built, the loop depending on the reduced sizes alone."""
     if latch is not None and len(sizes) > 1 and sizes[-1] >= ROLLED_MIN:
-        latch.set_metadata("llvm.loop", _loop_metadata(b.module, ("llvm.loop.unroll.disable",)))
+        latch.set_metadata("llvm.loop", loop_metadata(b.module, ("llvm.loop.unroll.disable",)))
 
 
 def build_copy(group, name, target=None, aliases=None, layouts=None):
@@ -1208,7 +1195,7 @@ def run_loop(module, count, bits=None):
     lanes = RUN_VECTOR_BITS // bits if widest is not None and widest > RUN_VECTOR_BITS >= bits else None
     width = (("llvm.loop.vectorize.width", lanes),) \
         if lanes and count >= RUN_NARROW_TURNS * RUN_INTERLEAVE * lanes else ()
-    return _loop_metadata(module, *RUN_LOOP, *width)
+    return loop_metadata(module, *RUN_LOOP, *width)
 
 
 def streamed_run(b, lo, hi, count, visit, bits=None):
@@ -1227,7 +1214,7 @@ def streamed_run(b, lo, hi, count, visit, bits=None):
         loop.set_metadata("llvm.loop", run_loop(b.module, count, bits))
     rest = counted_loop(b, b.add(lo, b.mul(part, I64(streams))), hi, I64(1), lambda b, j: visit(b, [j]), "rest")
     if streams > 1:  # (fewer than `STREAMS` indices: LLVM vectorised it in vectors that never ran)
-        rest.set_metadata("llvm.loop", _loop_metadata(b.module, ("llvm.loop.unroll.disable",),
+        rest.set_metadata("llvm.loop", loop_metadata(b.module, ("llvm.loop.unroll.disable",),
                                                       ("llvm.loop.vectorize.width", 1)))
 
 

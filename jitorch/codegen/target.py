@@ -16,9 +16,9 @@ how its iteration space is split and how the kernel is entered:
   where ``mode`` is ``"thread"`` (outer iterations are independent items) or
   ``"block"`` (each outer iteration is a cooperative reduction);
 - ``split_parts``: into how many partial results a large full reduction is cut;
-- ``module_text(module, entry, maps)``: the module's IR text as this target compiles it, where ``maps``
+- ``module_text(module, entry, maps, work)``: the module's IR text as this target compiles it, where ``maps``
   are the back-edge branches of the innermost loops ``map_loops`` made, each with its trip count where the
-  kernel fixes it (the CPU's own bookkeeping).
+  kernel fixes it, and ``work`` the kernel's elements of work (the CPU's own bookkeeping).
 
 `CPU` is the host target: a plain loop nest over a chunk of the outer loop,
 entered through ``entry(i8** buffers, i64 start, i64 end)``.
@@ -28,11 +28,18 @@ from __future__ import annotations
 
 from llvmlite import ir
 
+from .loops import keep_rolled
 from .machine import selected
 
 I64 = ir.IntType(64)
 # LLVM's fast-math flags: with one, a float instruction's result may depend on how many lanes a vector holds
 _FAST_MATH = frozenset({"fast", "reassoc", "nnan", "ninf", "nsz", "arcp", "contract", "afn"})
+# Kernels of fewer elements of work keep every loop rolled (`loops.keep_rolled`): LLVM unrolled their short
+# loops of fixed trip count whole, code that takes LLVM time to optimise and emit for calls of a few hundred
+# nanoseconds. Only kernels without fast-math flags: nothing may then reorder their arithmetic, so rolled or
+# not they compute the same bits (a float sum, whose adds may reassociate, keeps the order its reduced sizes
+# alone decide: `kernel._keep_reduction_rolled`).
+ROLLED_MAX_WORK = 1024
 
 
 class CpuTarget:
@@ -75,9 +82,10 @@ class CpuTarget:
         b.call(body, [entry.args[1], entry.args[2]] + args)
         b.ret_void()
 
-    def module_text(self, module, entry, maps=()):
+    def module_text(self, module, entry, maps=(), work=None):
         """The module's text; a kernel evaluating `mathlib` functions (erf, tanh, exp, pow...) gets the target's
-        full vector width, where that pays and cannot change a bit.
+        full vector width, where that pays and cannot change a bit; a kernel of fewer than `ROLLED_MAX_WORK`
+        elements of ``work`` and no fast-math flag keeps its loops rolled (`ROLLED_MAX_WORK` says why).
 
         Such kernels are bound by arithmetic, not memory. LLVM tunes recent Intel server cores (Skylake-X to
         Emerald Rapids) to vectorise with 256 bits although they have AVX-512, against the clock slowdown wide
@@ -100,9 +108,7 @@ class CpuTarget:
         # (decided on the module's objects: llvmlite keeps each instruction's text once made, so metadata must
         # be set before the module is first written out)
         math = [f for f in module.functions if f.name.startswith("jitorch.math.")]
-        if not math:
-            return str(module)
-        lanes = vector_lanes(math)
+        lanes = vector_lanes(math) if math else None
         if lanes and maps:
             width = module.add_metadata([ir.MetaDataString(module, "llvm.loop.vectorize.width"), ir.IntType(32)(lanes)])
             loop = module.add_metadata([width])
@@ -115,8 +121,11 @@ class CpuTarget:
                     latch.set_metadata("llvm.loop", folded)
                 else:
                     latch.set_metadata("llvm.loop", loop)
+        reorders = _fast_math(module)
+        if work is not None and work < ROLLED_MAX_WORK and not reorders:
+            keep_rolled(module)
         text = str(module)
-        if _fast_math(module):
+        if not math or reorders:
             return text
         head = f'define void @"{entry}"('
         start = text.index(head)

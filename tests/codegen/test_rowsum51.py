@@ -18,6 +18,7 @@ from llvmlite import ir
 
 import jitorch as jt
 from jitorch.codegen import kernel as kernel_module
+from jitorch.codegen.loops import loop_metadata
 from jitorch.codegen.machine import selected
 from jitorch.codegen.target import vector_bits
 from tests.codegen.test_reduce50 import vector_bodies
@@ -100,14 +101,14 @@ def test_streaming_sums_match_torch_and_eager_with_the_same_bits_at_one_and_two_
 
 
 def test_two_loops_metadata_in_one_module_keep_their_own_entries():
-    """Regression (session 51): `kernel._loop_metadata` built each loop's node from llvmlite's
+    """Regression (session 51): `kernel._loop_metadata` (now `loops.loop_metadata`) built each loop's node from llvmlite's
     ``add_metadata([])``, one node per module, and overwrote its operands, so every loop of a kernel took the
     last call's entries: the staged transposing copy's loop across the written dim lost its
     ``llvm.loop.vectorize.width`` 1 (`kernel.staged_tiles`), and a long run's loop would have lost its width
     to the three leftover indices' loop after it."""
     module = ir.Module()
-    kept = kernel_module._loop_metadata(module, ("llvm.loop.unroll.disable",), ("llvm.loop.vectorize.width", 1))
-    along = kernel_module._loop_metadata(module, ("llvm.loop.unroll.disable",))
+    kept = loop_metadata(module, ("llvm.loop.unroll.disable",), ("llvm.loop.vectorize.width", 1))
+    along = loop_metadata(module, ("llvm.loop.unroll.disable",))
     assert kept is not along and kept.operands[0] is kept and along.operands[0] is along
     assert len(kept.operands) == 3 and len(along.operands) == 2
     src = jt.randn(16, 24, 24, 64)

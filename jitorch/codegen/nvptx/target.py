@@ -166,8 +166,8 @@ class NvptxTarget:
         strided_loop(b, first, I64(outer), step, lambda b, i: b.call(body, [i, b.add(i, I64(1))] + list(entry.args)))
         b.ret_void()
 
-    def module_text(self, module, entry, maps=()):
-        """The module's text as it is (a GPU thread computes scalars)."""
+    def module_text(self, module, entry, maps=(), work=None):
+        """The module's text as it is (a GPU thread computes scalars; ptxas decides what to unroll)."""
         return str(module)
 
 
