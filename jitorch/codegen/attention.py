@@ -476,17 +476,20 @@ class _Tile:
         n = b.add(i_last, I64(1))
         return b.select(b.icmp_signed("<", n, self.S), n, self.S)
 
-    def _product(self, b, rows, a, a_rs, a_ks, bm, b_ks, k0, k1, c0, epilogue, vecs=_VECS):
-        """``acc[r][c] = sum over k in [k0, k1) of a[r * a_rs + k * a_ks] * bm[k * b_ks + c0 + c * w]`` for
-        ``rows`` rows (``a`` points at the first) and ``vecs`` vectors from column ``c0``, then
-        ``epilogue(b, r, col, acc)`` for each (``r``, ``col``: i64 values of its row and first column). The k
-        loop carries the accumulators in registers; the epilogue is emitted once, in a loop over them through a
-        stack slot (LLVM unrolls it and keeps them in registers), not once per accumulator."""
+    def _product(self, b, rows, a_row, a_ks, bm, b_ks, k0, k1, c0, epilogue, vecs=_VECS):
+        """``acc[r][c] = sum over k in [k0, k1) of a_row(r)[k * a_ks] * bm[k * b_ks + c0 + c * w]`` for
+        ``rows`` rows (``a_row(b, r)``: the address of row ``r``'s first element, ``r`` an int) and ``vecs``
+        vectors from column ``c0``, then ``epilogue(b, r, col, acc)`` for each (``r``, ``col``: i64 values of
+        its row and first column). The k loop carries the accumulators in registers; the epilogue is emitted
+        once, in a loop over them through a stack slot (LLVM unrolls it and keeps them in registers), not once
+        per accumulator."""
+        starts = [a_row(b, r) for r in range(rows)]  # (before the loop: its rows' addresses are invariant)
+
         def operands(b, k):
             row = self.at(b, bm, self.times(b, k, b_ks), c0)
             cols = [self.vload(b, self.at(b, row, c * self.w)) for c in range(vecs)]
-            ak = self.at(b, a, self.times(b, k, a_ks))
-            return [self.broadcast(b, b.load(self.at(b, ak, self.times(b, r, a_rs)))) for r in range(rows)], cols
+            step = self.times(b, k, a_ks)
+            return [self.broadcast(b, b.load(self.at(b, start, step))) for start in starts], cols
         # (k0 < k1 always: a row block reads at least its first key, and every tile has a query)
         new, latch = fma_loop(b, k0, k1, self.splat(0.0), rows, vecs, operands)
         # kept as a loop: LLVM 15 tuning for an AMD Zen host unrolled a ragged tile's k loops whole (1 MB of
@@ -504,11 +507,18 @@ class _Tile:
         counted_loop(b, I64(0), I64(rows * vecs), I64(1), each, "acc")
 
     def row_blocks(self, b, n, body):
-        """``body(b, i, rows)`` over blocks of ``self.rows`` rows of ``n`` (an i64 value), then the rest one by
-        one."""
-        full = b.mul(b.udiv(n, I64(self.rows)), I64(self.rows))
-        counted_loop(b, I64(0), full, I64(self.rows), lambda b, i: body(b, i, self.rows), "rb")
-        counted_loop(b, full, n, I64(1), lambda b, i: body(b, i, 1), "rr")
+        """``body(b, i)`` over blocks of `rows` rows from row ``i`` that cover ``n`` (an i64 value) rows. The
+        last block's rows past ``n`` are its last row again (`clamped`): they compute that row's values again and
+        store them where it does, so that one block serves every length; a second loop of one-row blocks for the
+        rows after the last whole block made the kernels' IR a quarter longer and their compile a third
+        slower."""
+        counted_loop(b, I64(0), n, I64(self.rows), body, "rb")
+
+    @staticmethod
+    def clamped(b, i, r, n):
+        """Row ``i + r`` where it is below ``n``, else row ``n - 1`` (``r`` an int or an i64 value)."""
+        row = b.add(i, _value(r))
+        return b.select(b.icmp_signed("<", row, n), row, b.sub(n, I64(1)))
 
     def column_blocks(self, b, ncols, body):
         """``body(b, c0, vecs)`` over blocks of ``vecs`` vectors from column ``c0`` that cover ``ncols`` (an
@@ -522,13 +532,13 @@ class _Tile:
         with b.if_then(b.icmp_signed("<", end, self.times(b, vecs, self.w))):
             body(b, end, 1)
 
-    def output_rows(self, b, rows, a, a_rs, a_ks, bm, b_ks, k0, k1, dst, ld_dst, i):
-        """Rows ``i ..`` of ``dst`` (D wide, ``ld_dst`` apart) = the `_product` over all of D's column
-        blocks."""
+    def output_rows(self, b, a_row, a_ks, bm, b_ks, k0, k1, dst, ld_dst, dst_row):
+        """A row block of ``dst`` (D wide, ``ld_dst`` apart; ``dst_row(b, r)``: the row that block row ``r``, an
+        i64 value, writes) = the `_product` over all of D's column blocks."""
         def cols(b, c0):
             def store(b, r, col, acc):
-                self.store_row_part(b, acc, self.at(b, dst, self.times(b, b.add(i, r), ld_dst)), col)
-            self._product(b, rows, a, a_rs, a_ks, bm, b_ks, k0, k1, c0, store)
+                self.store_row_part(b, acc, self.at(b, dst, self.times(b, dst_row(b, r), ld_dst)), col)
+            self._product(b, self.rows, a_row, a_ks, bm, b_ks, k0, k1, c0, store)
         counted_loop(b, I64(0), I64(self.Dp), I64(self.w * _VECS), cols, "ob")
 
     def store_row_part(self, b, acc, dst, col):
@@ -631,12 +641,13 @@ class _Tile:
     # the kernels ---------------------------------------------------------------------------------------
 
     def forward(self, b, lo, hi, args):
-        L, S, D, Sp = self.L, self.S, self.D, self.Sp
+        L, S, D, Sp, R = self.L, self.S, self.D, self.Sp, self.rows
         kt = self.buffer(b, self.times(b, D, Sp))
         # a row block's scores, then weights: in P's rows where those hold whole register blocks (no copy), else
-        # in a buffer of whole blocks, copied to P's rows after the softmax
+        # in a buffer of whole blocks, copied to P's rows after the softmax; so too in a block with rows past L
+        # (the softmax works in place, and those rows are the last row again)
         ragged = b.icmp_unsigned("!=", S, Sp)
-        srow = self.buffer(b, self.times(b, self.rows, Sp))
+        srow = self.buffer(b, self.times(b, R, Sp))
         vp = None if self.direct else self.buffer(b, self.times(b, S, self.Dp))
 
         def tile(b, t):
@@ -649,38 +660,42 @@ class _Tile:
                 self.copy(b, vp, self.Dp, vv, v_ld, S, D)
             v_rows, v_rs = (vv, v_ld) if vp is None else (vp, self.Dp)
 
-            def block(b, i, rows):
-                self.prefetch_rows(b, nxt, i, rows)
-                self.prefetch_written(b, pt, p_ld, i, rows, S)
-                self.prefetch_written(b, ot, o_ld, i, rows, D)
-                n = self.last_key(b, b.add(i, I64(rows - 1)))
-                sr = b.select(ragged, srow, self.at(b, pt, self.times(b, i, p_ld)))
-                s_ld = b.select(ragged, Sp, _value(p_ld))
+            def block(b, i):
+                query = lambda b, r: self.clamped(b, i, r, L)  # noqa: E731
+                local = b.or_(ragged, b.icmp_signed(">", b.add(i, I64(R)), L))
+                s_base, s_ld = b.select(local, srow, pt), b.select(local, Sp, _value(p_ld))
+                self.prefetch_rows(b, nxt, i, R)
+                self.prefetch_written(b, pt, p_ld, i, R, S)
+                self.prefetch_written(b, ot, o_ld, i, R, D)
+                n = self.last_key(b, query(b, R - 1))
+                # (a row's scores: the buffer's row r, or P's row of query r)
+                s_row = lambda b, r: self.at(b, s_base, self.times(b, b.select(local, _value(r), query(b, r)), s_ld))  # noqa: E731
 
                 def scores(b, c0, vecs):
                     def store(b, r, col, acc):
                         s = b.fmul(acc, self.scales)
                         if mt is not None:  # (the composition's order: scaled, then the mask added)
-                            s = b.fadd(s, self.load_row_part(b, self.at(b, mt, self.times(b, b.add(i, r), m_ld)), col))
-                        s = self.masked(b, s, b.add(i, r), col)
-                        self.vstore(b, s, self.at(b, sr, self.times(b, r, s_ld), col))
-                    self._product(b, rows, self.at(b, qt, self.times(b, i, q_ld)), q_ld, 1, kt, Sp, I64(0), I64(D),
-                                  c0, store, vecs)
+                            s = b.fadd(s, self.load_row_part(b, self.at(b, mt, self.times(b, query(b, r), m_ld)), col))
+                        s = self.masked(b, s, query(b, r), col)
+                        self.vstore(b, s, self.at(b, s_row(b, r), col))
+                    self._product(b, R, lambda b, r: self.at(b, qt, self.times(b, query(b, r), q_ld)), 1, kt, Sp,
+                                  I64(0), I64(D), c0, store, vecs)
                 self.column_blocks(b, n, scores)
                 # (the passes interleaved over `_ROWS` rows at a time, in a loop: over 8 they doubled the IR)
-                group = min(rows, _ROWS)
-                counted_loop(b, I64(0), I64(rows), I64(group), lambda b, r0: self.softmax_rows(b, [
-                    (self.at(b, sr, self.times(b, b.add(r0, I64(r)), s_ld)), b.add(i, b.add(r0, I64(r))))
-                    for r in range(group)]), "sm")
-                with b.if_then(ragged):
-                    self.copy(b, self.at(b, pt, self.times(b, i, p_ld)), p_ld, srow, Sp, rows, S)
-                self.output_rows(b, rows, sr, s_ld, 1, v_rows, v_rs, I64(0), n, ot, o_ld, i)
+                group = min(R, _ROWS)
+                counted_loop(b, I64(0), I64(R), I64(group), lambda b, r0: self.softmax_rows(b, [
+                    (s_row(b, b.add(r0, I64(r))), query(b, b.add(r0, I64(r)))) for r in range(group)]), "sm")
+                with b.if_then(local):
+                    counted_loop(b, I64(0), I64(R), I64(1), lambda b, r: self.memcall(
+                        b, "memcpy", self.at(b, pt, self.times(b, query(b, r), p_ld)),
+                        self.at(b, srow, self.times(b, r, Sp)), S), "cp")
+                self.output_rows(b, lambda b, r: s_row(b, r), 1, v_rows, v_rs, I64(0), n, ot, o_ld, query)
             self.row_blocks(b, L, block)
             self.prefetch_rest(b, nxt)
         counted_loop(b, lo, hi, I64(1), tile, "tile")
 
     def backward(self, b, lo, hi, args):
-        L, S, D, Sp = self.L, self.S, self.D, self.Sp
+        L, S, D, Sp, R = self.L, self.S, self.D, self.Sp, self.rows
         vt, ds = self.buffer(b, self.times(b, D, Sp)), self.buffer(b, self.times(b, L, Sp))
         pads = None if self.direct else [self.buffer(b, self.times(b, n, self.Dp)) for n in (S, L, L)]
 
@@ -697,35 +712,42 @@ class _Tile:
                 (kp, kp_ld), (qp, qp_ld), (gop, gop_ld) = ((buf, self.Dp) for buf in pads)
 
             # dP = grad_out V^T into ds, then ds = P (dP - sum(P dP)) * scale, row by row
-            def block(b, i, rows):
-                self.prefetch_rows(b, nxt, i, rows)
-                n = self.last_key(b, b.add(i, I64(rows - 1)))
+            def block(b, i):
+                query = lambda b, r: self.clamped(b, i, r, L)  # noqa: E731
+                self.prefetch_rows(b, nxt, i, R)
+                n = self.last_key(b, query(b, R - 1))
 
                 def dp(b, c0, vecs):
                     def store(b, r, col, acc):
-                        self.vstore(b, acc, self.at(b, ds, self.times(b, b.add(i, r), Sp), col))
-                    self._product(b, rows, self.at(b, gt, self.times(b, i, g_ld)), g_ld, 1, vt, Sp, I64(0), I64(D),
-                                  c0, store, vecs)
+                        self.vstore(b, acc, self.at(b, ds, self.times(b, query(b, r), Sp), col))
+                    self._product(b, R, lambda b, r: self.at(b, gt, self.times(b, query(b, r), g_ld)), 1, vt, Sp,
+                                  I64(0), I64(D), c0, store, vecs)
                 self.column_blocks(b, n, dp)
+
                 def grads(b, r):
                     row = b.add(i, r)
                     self.softmax_grad_row(b, self.at(b, ds, self.times(b, row, Sp)),
                                           self.at(b, pt, self.times(b, row, p_ld)), row)
-                counted_loop(b, I64(0), I64(rows), I64(1), grads, "sg")
+                # (each row once: the transform is in place, and a block's rows past L repeat its last row)
+                last = b.sub(L, i)
+                counted_loop(b, I64(0), b.select(b.icmp_signed("<", last, I64(R)), last, I64(R)), I64(1), grads, "sg")
             self.row_blocks(b, L, block)
             self.prefetch_rest(b, nxt)
 
             # grad_q = ds K, over each row block's keys
-            self.row_blocks(b, L, lambda b, i, rows: self.output_rows(
-                b, rows, self.at(b, ds, self.times(b, i, Sp)), Sp, 1, kp, kp_ld, I64(0),
-                self.last_key(b, b.add(i, I64(rows - 1))), gqt, gq_ld, i))
+            def q_block(b, i):
+                query = lambda b, r: self.clamped(b, i, r, L)  # noqa: E731
+                self.output_rows(b, lambda b, r: self.at(b, ds, self.times(b, query(b, r), Sp)), 1, kp, kp_ld, I64(0),
+                                 self.last_key(b, query(b, R - 1)), gqt, gq_ld, query)
+            self.row_blocks(b, L, q_block)
 
             # grad_k = ds^T Q and grad_v = P^T grad_out, over the queries at or after each key
-            def kv_block(b, j, rows):
+            def kv_block(b, j):
+                key = lambda b, r: self.clamped(b, j, r, S)  # noqa: E731
                 first = j if self.causal else I64(0)
                 first = b.select(b.icmp_signed("<", first, L), first, b.sub(L, I64(1)))
-                self.output_rows(b, rows, self.at(b, ds, j), 1, Sp, qp, qp_ld, first, L, gkt, gk_ld, j)
-                self.output_rows(b, rows, self.at(b, pt, j), 1, p_ld, gop, gop_ld, first, L, gvt, gv_ld, j)
+                self.output_rows(b, lambda b, r: self.at(b, ds, key(b, r)), Sp, qp, qp_ld, first, L, gkt, gk_ld, key)
+                self.output_rows(b, lambda b, r: self.at(b, pt, key(b, r)), p_ld, gop, gop_ld, first, L, gvt, gv_ld, key)
             self.row_blocks(b, S, kv_block)
         counted_loop(b, lo, hi, I64(1), tile, "tile")
 
