@@ -16,7 +16,8 @@ an additive mask (a bool one made -inf/0 by the op) is added to the scaled score
 in masked kernels a row with every key masked gives zero weights; the causal mask skips the key blocks after a row
 block's last query (to the vector that holds it), about half the work. The softmax (max, exp of the
 differences, sum, then the exponentials times the sum's reciprocal) runs on the row in registers and L1.
-The tiles run in chunks on the thread team.
+The tiles run in chunks on the thread team. L, S, the batch's sizes and strides (but the D-wide buffers' row
+strides) and the scale are run-time arguments: one kernel serves every sequence length.
 
 Rounding differs from the composition's (sums in another order): results agree with torch within float
 tolerances, not bit for bit. Importing this module registers `attention_kernel` in
@@ -92,7 +93,9 @@ def attention_kernel(direction, dtype, L, S, D, causal, scale, batch=(), layouts
     if stack_bytes(direction, L, S, D, width, t.itemsize, block_rows()) > STACK_LIMIT:
         return None
     name = _DTYPE_NAMES.get(dtype) or t.name  # (``dtype.name`` runs Python code in NumPy 2)
-    compiled = _kernels(direction, name, D, bool(causal), len(batch), bool(masked))
+    # (the row strides of the D-wide buffers are the kernel's constants: `_Tile`)
+    rows = tuple(layout[-1] if cols == "D" else None for layout, (_, cols) in zip(layouts, _shapes(direction, masked)))
+    compiled = _kernels(direction, name, D, bool(causal), len(batch), bool(masked), rows)
     if compiled is None:
         return None
     return AttentionKernel(compiled, _params(L, S, scale, batch, layouts), L * S * D)
@@ -139,10 +142,10 @@ def _contiguous(batch, rows, cols):
     return tuple(strides)
 
 
-def _build(direction, dtype, D, causal, ndim, masked=False):
+def _build(direction, dtype, D, causal, ndim, masked=False, row_strides=None):
     t = ir.FloatType() if dtype == "float32" else ir.DoubleType()
     width = VECTOR_BYTES // np.dtype(dtype).itemsize
-    tile = _Tile(t, width, D, causal, ndim, masked, rows=block_rows())
+    tile = _Tile(t, width, D, causal, ndim, masked, block_rows(), row_strides)
     name = (f"jitorch_attention_{direction}_{dtype}_d{D}_b{ndim}{'_causal' if causal else ''}"
             f"{'_masked' if masked else ''}")
     n_in, n_out = (3 + masked, 2) if direction == "forward" else (5, 3)
@@ -152,7 +155,7 @@ def _build(direction, dtype, D, causal, ndim, masked=False):
     # (what decides the IR: the tile's parameters, the generator's sources, the target and its register
     # block's rows, and the constants' spelling, which the LLVM that llvmlite carries decides)
     text = repr(("attention", cpu.target_id(), mathlib._reads_splat(), tile.rows, direction, dtype, D, causal, ndim,
-                 masked))
+                 masked, row_strides))
     source.llvm_ir = cached_ir("attention kernel", text, lambda: _module(tile, direction, name, n_in, n_out), cache,
                                generator_fingerprint())
     try:
@@ -235,7 +238,7 @@ class _Tile:
     are i64 (the scale a float) values that `bind` loads from the kernel's last argument. A size or stride is
     an int or such a value wherever this class takes one."""
 
-    def __init__(self, t, width, D, causal, ndim, masked=False, rows=_ROWS):
+    def __init__(self, t, width, D, causal, ndim, masked=False, rows=_ROWS, row_strides=None):
         self.rows = rows  # a product's register block: rows by `_VECS` vectors
         self.t, self.w, self.D, self.causal, self.ndim = t, width, D, causal, ndim
         self.additive = masked  # the forward adds a mask buffer to the scaled scores
@@ -247,7 +250,8 @@ class _Tile:
         self.item = VECTOR_BYTES // width
         self._accs = None  # the stack slot of `_product`'s accumulators
         self._keep = None  # the loop metadata of `kept_loop`
-        self.L = self.S = self.Sp = self.scale = self.scales = self.batch = self.layouts = None  # (`bind`'s)
+        self.row_strides = row_strides  # per buffer, its rows' stride where the kernel has it as a constant
+        self.L = self.S = self.last_row = self.Sp = self.scale = self.scales = self.batch = self.layouts = None  # (`bind`'s)
 
     def bind(self, b, params, buffers):
         """Loads the run-time sizes, strides and scale (`_params`' order) from ``params`` (an i64 pointer) for
@@ -255,12 +259,16 @@ class _Tile:
         them there)."""
         values = [b.load(b.gep(params, [I64(n)])) for n in range(3 + self.ndim + buffers * (self.ndim + 1))]
         self.L, self.S = values[:2]
+        self.last_row = (b.sub(self.L, I64(1)), b.sub(self.S, I64(1)))  # (`block_of`'s clamps, L's and S's)
         scale = b.bitcast(values[2], ir.DoubleType())
         self.scale = scale if self.item == 8 else b.fptrunc(scale, self.t)
         self.scales = self.broadcast(b, self.scale)
         self.batch = values[3:3 + self.ndim]
         rest = values[3 + self.ndim:]
         self.layouts = [rest[n:n + self.ndim + 1] for n in range(0, len(rest), self.ndim + 1)]
+        for layout, stride in zip(self.layouts, self.row_strides or ()):
+            if stride is not None:
+                layout[-1] = stride
         self.Sp = b.mul(b.udiv(b.add(self.S, I64(self.block - 1)), I64(self.block)), I64(self.block))
 
     # small helpers ------------------------------------------------------------------------------------
@@ -425,7 +433,7 @@ class _Tile:
         return [(*self.tile(b, nxt, args, k), sizes[rows], sizes[cols]) for k, (rows, cols) in enumerate(shapes)]
 
     def prefetch_rows(self, b, tiles, i, count):
-        """Hints to bring rows ``i .. i + count`` (``count`` an int) of each of ``tiles`` (`next_tile`'s; a
+        """Hints to bring rows ``i .. i + count`` (``count`` an int or an i64 value) of each of ``tiles`` (`next_tile`'s; a
         tile's last row where it has fewer) into the cache while this tile computes. A GPT's
         heads lie a row of q, k and v apart, where no hardware prefetcher ran ahead of the tiles: in a training
         step, on data not in the cache, the kernels took 1.4-2x their warm time. The hints go out a row block
@@ -514,11 +522,17 @@ class _Tile:
         slower."""
         counted_loop(b, I64(0), n, I64(self.rows), body, "rb")
 
-    @staticmethod
-    def clamped(b, i, r, n):
-        """Row ``i + r`` where it is below ``n``, else row ``n - 1`` (``r`` an int or an i64 value)."""
-        row = b.add(i, _value(r))
-        return b.select(b.icmp_signed("<", row, n), row, b.sub(n, I64(1)))
+    def block_of(self, b, i, n):
+        """The rows of the row block from row ``i`` of ``n`` (L or S): ``row(b, r)`` is row ``i + r`` where it is
+        below ``n``, else row ``n - 1`` (``r`` an int or an i64 value). The int rows' are computed here, once
+        per block, not once per product that reads them."""
+        last = self.last_row[n is self.S]
+
+        def clamped(b, r):
+            row = b.add(i, _value(r))
+            return b.select(b.icmp_signed("<", row, n), row, last)
+        rows = [clamped(b, r) for r in range(self.rows)]
+        return lambda b, r: rows[r] if isinstance(r, int) else clamped(b, r)
 
     def column_blocks(self, b, ncols, body):
         """``body(b, c0, vecs)`` over blocks of ``vecs`` vectors from column ``c0`` that cover ``ncols`` (an
@@ -661,7 +675,7 @@ class _Tile:
             v_rows, v_rs = (vv, v_ld) if vp is None else (vp, self.Dp)
 
             def block(b, i):
-                query = lambda b, r: self.clamped(b, i, r, L)  # noqa: E731
+                query = self.block_of(b, i, L)
                 local = b.or_(ragged, b.icmp_signed(">", b.add(i, I64(R)), L))
                 s_base, s_ld = b.select(local, srow, pt), b.select(local, Sp, _value(p_ld))
                 self.prefetch_rows(b, nxt, i, R)
@@ -713,7 +727,7 @@ class _Tile:
 
             # dP = grad_out V^T into ds, then ds = P (dP - sum(P dP)) * scale, row by row
             def block(b, i):
-                query = lambda b, r: self.clamped(b, i, r, L)  # noqa: E731
+                query = self.block_of(b, i, L)
                 self.prefetch_rows(b, nxt, i, R)
                 n = self.last_key(b, query(b, R - 1))
 
@@ -736,16 +750,16 @@ class _Tile:
 
             # grad_q = ds K, over each row block's keys
             def q_block(b, i):
-                query = lambda b, r: self.clamped(b, i, r, L)  # noqa: E731
+                query = self.block_of(b, i, L)
                 self.output_rows(b, lambda b, r: self.at(b, ds, self.times(b, query(b, r), Sp)), 1, kp, kp_ld, I64(0),
                                  self.last_key(b, query(b, R - 1)), gqt, gq_ld, query)
             self.row_blocks(b, L, q_block)
 
             # grad_k = ds^T Q and grad_v = P^T grad_out, over the queries at or after each key
             def kv_block(b, j):
-                key = lambda b, r: self.clamped(b, j, r, S)  # noqa: E731
+                key = self.block_of(b, j, S)
                 first = j if self.causal else I64(0)
-                first = b.select(b.icmp_signed("<", first, L), first, b.sub(L, I64(1)))
+                first = b.select(b.icmp_signed("<", first, L), first, self.last_row[0])
                 self.output_rows(b, lambda b, r: self.at(b, ds, key(b, r)), Sp, qp, qp_ld, first, L, gkt, gk_ld, key)
                 self.output_rows(b, lambda b, r: self.at(b, pt, key(b, r)), p_ld, gop, gop_ld, first, L, gvt, gv_ld, key)
             self.row_blocks(b, S, kv_block)
