@@ -677,13 +677,15 @@ class _Tile:
             def block(b, i):
                 query = self.block_of(b, i, L)
                 local = b.or_(ragged, b.icmp_signed(">", b.add(i, I64(R)), L))
-                s_base, s_ld = b.select(local, srow, pt), b.select(local, Sp, _value(p_ld))
+                # (a row's scores: the buffer's row r, or P's row i + r, which no clamp moves in a block without
+                # rows past L)
+                first = b.select(local, srow, self.at(b, pt, self.times(b, i, p_ld)))
+                s_ld = b.select(local, Sp, _value(p_ld))
+                s_row = lambda b, r: self.at(b, first, self.times(b, r, s_ld))  # noqa: E731
                 self.prefetch_rows(b, nxt, i, R)
                 self.prefetch_written(b, pt, p_ld, i, R, S)
                 self.prefetch_written(b, ot, o_ld, i, R, D)
                 n = self.last_key(b, query(b, R - 1))
-                # (a row's scores: the buffer's row r, or P's row of query r)
-                s_row = lambda b, r: self.at(b, s_base, self.times(b, b.select(local, _value(r), query(b, r)), s_ld))  # noqa: E731
 
                 def scores(b, c0, vecs):
                     def store(b, r, col, acc):
@@ -703,7 +705,7 @@ class _Tile:
                     counted_loop(b, I64(0), I64(R), I64(1), lambda b, r: self.memcall(
                         b, "memcpy", self.at(b, pt, self.times(b, query(b, r), p_ld)),
                         self.at(b, srow, self.times(b, r, Sp)), S), "cp")
-                self.output_rows(b, lambda b, r: s_row(b, r), 1, v_rows, v_rs, I64(0), n, ot, o_ld, query)
+                self.output_rows(b, s_row, 1, v_rows, v_rs, I64(0), n, ot, o_ld, query)
             self.row_blocks(b, L, block)
             self.prefetch_rest(b, nxt)
         counted_loop(b, lo, hi, I64(1), tile, "tile")
