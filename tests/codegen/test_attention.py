@@ -296,7 +296,8 @@ def test_the_kernels_ir_stays_small(monkeypatch, direction):
     if mathlib._reads_splat():
         limits = {8: {"forward": 95_000, "backward": 100_000}, 4: {"forward": 80_000, "backward": 77_000}}
         assert len(text) < limits[kernels.block_rows()][direction]
-        assert "<float 0x" not in text and "splat (float" in text
+        # (the backward's only vector constant since the scale became a run-time value is zero)
+        assert "<float 0x" not in text and ("splat (float" in text) == (direction == "forward")
     else:  # (llvmlite 0.44's LLVM 15: the long spelling, as in `test_vector_constants_are_spelled_lane_by_lane...`)
         assert "splat" not in text
     rows = kernels.block_rows()  # (and the scores' last block of one vector: test_attention45)
