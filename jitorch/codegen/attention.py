@@ -251,7 +251,8 @@ class _Tile:
         self._accs = None  # the stack slot of `_product`'s accumulators
         self._keep = None  # the loop metadata of `kept_loop`
         self.row_strides = row_strides  # per buffer, its rows' stride where the kernel has it as a constant
-        self.L = self.S = self.last_row = self.Sp = self.scale = self.scales = self.batch = self.layouts = None  # (`bind`'s)
+        # (`bind`'s values)
+        self.L = self.S = self.last_row = self.Sp = self.scale = self.scales = self.batch = self.layouts = None
 
     def bind(self, b, params, buffers):
         """Loads the run-time sizes, strides and scale (`_params`' order) from ``params`` (an i64 pointer) for
@@ -433,8 +434,8 @@ class _Tile:
         return [(*self.tile(b, nxt, args, k), sizes[rows], sizes[cols]) for k, (rows, cols) in enumerate(shapes)]
 
     def prefetch_rows(self, b, tiles, i, count):
-        """Hints to bring rows ``i .. i + count`` (``count`` an int or an i64 value) of each of ``tiles`` (`next_tile`'s; a
-        tile's last row where it has fewer) into the cache while this tile computes. A GPT's
+        """Hints to bring rows ``i .. i + count`` (``count`` an int or an i64 value) of each of ``tiles``
+        (`next_tile`'s; a tile's last row where it has fewer) into the cache while this tile computes. A GPT's
         heads lie a row of q, k and v apart, where no hardware prefetcher ran ahead of the tiles: in a training
         step, on data not in the cache, the kernels took 1.4-2x their warm time. The hints go out a row block
         at a time, from the first pass's row-block loop: all of them at the start of a tile (768 lines of a GPT
@@ -762,8 +763,9 @@ class _Tile:
                 key = self.block_of(b, j, S)
                 first = j if self.causal else I64(0)
                 first = b.select(b.icmp_signed("<", first, L), first, self.last_row[0])
-                self.output_rows(b, lambda b, r: self.at(b, ds, key(b, r)), Sp, qp, qp_ld, first, L, gkt, gk_ld, key)
-                self.output_rows(b, lambda b, r: self.at(b, pt, key(b, r)), p_ld, gop, gop_ld, first, L, gvt, gv_ld, key)
+                ds_col, p_col = (lambda b, r, base=base: self.at(b, base, key(b, r)) for base in (ds, pt))
+                self.output_rows(b, ds_col, Sp, qp, qp_ld, first, L, gkt, gk_ld, key)
+                self.output_rows(b, p_col, p_ld, gop, gop_ld, first, L, gvt, gv_ld, key)
             self.row_blocks(b, S, kv_block)
         counted_loop(b, lo, hi, I64(1), tile, "tile")
 
