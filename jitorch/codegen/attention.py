@@ -82,7 +82,8 @@ def attention_kernel(direction, dtype, L, S, D, causal, scale, batch=(), layouts
     columns' are 1), default C-contiguous.
 
     L, S, the batch's sizes, the strides and the scale are the machine code's run-time arguments: one kernel
-    is compiled per direction, dtype, D, causal, mask and number of batch dims, and serves every length (eager
+    is compiled per direction, dtype, D, causal, mask, number of batch dims past 2 and row strides of the
+    D-wide buffers (D where they are contiguous), and serves every length (eager
     attention built one per shape and layout, 0.5-0.8 s of LLVM each: a user's first call of each new sequence
     length paid it)."""
     if layouts is None:
@@ -93,6 +94,10 @@ def attention_kernel(direction, dtype, L, S, D, causal, scale, batch=(), layouts
     if stack_bytes(direction, L, S, D, width, t.itemsize, block_rows()) > STACK_LIMIT:
         return None
     name = _DTYPE_NAMES.get(dtype) or t.name  # (``dtype.name`` runs Python code in NumPy 2)
+    # (fewer than `_BATCH_DIMS` batch dims are padded with dims of one, so that (B, L, D) and (B, H, L, D) calls
+    # share a kernel)
+    pad = max(0, _BATCH_DIMS - len(batch))
+    batch, layouts = (1,) * pad + tuple(batch), tuple((0,) * pad + tuple(layout) for layout in layouts)
     # (the row strides of the D-wide buffers are the kernel's constants: `_Tile`)
     rows = tuple(layout[-1] if cols == "D" else None for layout, (_, cols) in zip(layouts, _shapes(direction, masked)))
     compiled = _kernels(direction, name, D, bool(causal), len(batch), bool(masked), rows)
@@ -124,6 +129,7 @@ def stack_bytes(direction, L, S, D, width, item, rows):
     return floats * item
 
 
+_BATCH_DIMS = 2  # (batch, heads)
 _DTYPE_NAMES = {np.dtype(t): np.dtype(t).name for t in (np.float32, np.float64)}
 
 

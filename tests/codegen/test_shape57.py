@@ -80,17 +80,19 @@ def test_ragged_head_dims_and_float64_take_one_kernel_per_direction(builds):
 
 
 def test_the_kernel_is_bound_per_call_and_the_scale_is_a_run_time_value():
-    """Two scales, two lengths and two batch sizes: one compiled kernel (the same machine code) bound to each
-    call's arguments (L, S, the scale's bits, the batch's sizes, the strides), each call torch's values."""
+    """Two scales, two lengths and batches of one and two dims: one compiled kernel (the same machine code)
+    bound to each call's arguments (L, S, the scale's bits, the batch's sizes, the strides; fewer than 2 batch
+    dims padded with dims of one), each call torch's values."""
     rng = np.random.default_rng(5)
     bound = []
-    for L, batch, scale in ((5, 2, 0.25), (40, 3, 1.5)):
-        q, k, v = (rng.standard_normal((batch, L, 8)).astype(np.float32) for _ in range(3))
-        out, p = np.empty_like(q), np.empty((batch, L, L), np.float32)
-        kernel = kernels.attention_kernel("forward", np.float32, L, L, 8, False, scale, (batch,))
-        kernel.run_tiles([q, k, v, out, p], batch)
+    for L, batch, scale in ((5, (2,), 0.25), (40, (3, 2), 1.5)):
+        q, k, v = (rng.standard_normal((*batch, L, 8)).astype(np.float32) for _ in range(3))
+        out, p = np.empty_like(q), np.empty((*batch, L, L), np.float32)
+        kernel = kernels.attention_kernel("forward", np.float32, L, L, 8, False, scale, batch)
+        kernel.run_tiles([q, k, v, out, p], int(np.prod(batch)))
         bound.append(kernel)
         want = torch.nn.functional.scaled_dot_product_attention(*map(torch.from_numpy, (q, k, v)), scale=scale)
         np.testing.assert_allclose(out, want.numpy(), **TOLERANCE["float32"])
     assert bound[0]._compiled is bound[1]._compiled
     assert list(bound[1]._params[:2]) == [40, 40] and bound[1]._params[2:3].view(np.float64)[0] == 1.5
+    assert list(bound[0]._params[3:5]) == [1, 2] and list(bound[1]._params[3:5]) == [3, 2]
