@@ -16,7 +16,8 @@ an additive mask (a bool one made -inf/0 by the op) is added to the scaled score
 in masked kernels a row with every key masked gives zero weights; the causal mask skips the key blocks after a row
 block's last query (to the vector that holds it), about half the work. The softmax (max, exp of the
 differences, sum, then the exponentials times the sum's reciprocal) runs on the row in registers and L1.
-The tiles run in chunks on the thread team.
+The tiles run in chunks on the thread team. L, S, the batch's sizes and strides (but the D-wide buffers' row
+strides) and the scale are run-time arguments: one kernel serves every sequence length.
 
 Rounding differs from the composition's (sums in another order): results agree with torch within float
 tolerances, not bit for bit. Importing this module registers `attention_kernel` in
@@ -51,39 +52,84 @@ _ROWS_WIDE, _ROWS, _VECS = 8, 4, 2
 
 
 class AttentionKernel:
-    """A compiled tile kernel: `run_tiles` runs it over a call's buffers."""
+    """A compiled tile kernel bound to one call's sizes and strides: `run_tiles` runs it over a call's
+    buffers."""
 
-    def __init__(self, compiled, work):
+    def __init__(self, compiled, params, work):
         self._compiled = compiled  # keeps the machine code alive
         self._fn = compiled.fn
+        self._params = params  # the kernel's run-time sizes and strides (`_params`), its last argument
+        self._address = data_address(params)
         self._work = work  # multiply-adds of one tile
 
     def run_tiles(self, arrays, tiles):
-        """The kernel over ``tiles`` tiles of ``arrays`` (laid out as the kernel was built for, in its buffer
+        """The kernel over ``tiles`` tiles of ``arrays`` (laid out as the kernel was bound for, in its buffer
         order): on the calling thread, or in chunks of tiles on the thread team when there are threads and
         work enough for each (as a generated kernel splits its outer loop). Each tile runs on one thread,
         so the results do not depend on the number of threads."""
         # (`data_address`: a compiled GPT step calls this 2 times per layer, where ``__array_interface__`` built a
         # dict per array)
-        args = (ctypes.c_void_p * len(arrays))(*map(data_address, arrays))
+        args = (ctypes.c_void_p * (len(arrays) + 1))(*map(data_address, arrays), self._address)
         cpu.run_split(self._fn, self._compiled.address, args, tiles, tiles * self._work)
 
 
 def attention_kernel(direction, dtype, L, S, D, causal, scale, batch=(), layouts=None, masked=False):
-    """The compiled ``direction`` ("forward" or "backward") kernel for float ``dtype`` (a NumPy dtype)
-    tiles of ``L`` queries, ``S`` keys and ``D`` dims (an `AttentionKernel`); None where it cannot be built
-    (the caller composes). Forward buffers: q, k, v, (with ``masked``) an additive (L, S) mask, then out and
-    the softmax weights p; backward: q, k, v, p, grad_out, then grad_q, grad_k, grad_v. Each holds the tiles
-    of the ``batch`` shape; ``layouts`` gives, per buffer, its element strides (one per batch dim, then the
-    rows'; the columns' are 1), default C-contiguous. Built once per key."""
+    """The ``direction`` ("forward" or "backward") kernel for float ``dtype`` (a NumPy dtype) tiles of ``L``
+    queries, ``S`` keys and ``D`` dims (an `AttentionKernel`); None where it cannot be built (the caller
+    composes). Forward buffers: q, k, v, (with ``masked``) an additive (L, S) mask, then out and the softmax
+    weights p; backward: q, k, v, p, grad_out, then grad_q, grad_k, grad_v. Each holds the tiles of the
+    ``batch`` shape; ``layouts`` gives, per buffer, its element strides (one per batch dim, then the rows'; the
+    columns' are 1), default C-contiguous.
+
+    L, S, the batch's sizes, the strides and the scale are the machine code's run-time arguments: one kernel
+    is compiled per direction, dtype, D, causal, mask, number of batch dims past 2 and row strides of the
+    D-wide buffers (D where they are contiguous), and serves every length (eager
+    attention built one per shape and layout, 0.5-0.8 s of LLVM each: a user's first call of each new sequence
+    length paid it)."""
     if layouts is None:
         shapes, sizes = _shapes(direction, masked), {"L": L, "S": S, "D": D}
         layouts = tuple(_contiguous(batch, sizes[rows], sizes[cols]) for rows, cols in shapes)
-    name = _DTYPE_NAMES.get(dtype) or np.dtype(dtype).name  # (``dtype.name`` runs Python code in NumPy 2)
-    return _kernels(direction, name, L, S, D, bool(causal), float(scale), tuple(batch), tuple(layouts),
-                    bool(masked))
+    t = np.dtype(dtype)
+    width = VECTOR_BYTES // t.itemsize
+    if stack_bytes(direction, L, S, D, width, t.itemsize, block_rows()) > STACK_LIMIT:
+        return None
+    name = _DTYPE_NAMES.get(dtype) or t.name  # (``dtype.name`` runs Python code in NumPy 2)
+    # (fewer than `_BATCH_DIMS` batch dims are padded with dims of one, so that (B, L, D) and (B, H, L, D) calls
+    # share a kernel)
+    pad = max(0, _BATCH_DIMS - len(batch))
+    batch, layouts = (1,) * pad + tuple(batch), tuple((0,) * pad + tuple(layout) for layout in layouts)
+    # (the row strides of the D-wide buffers are the kernel's constants: `_Tile`)
+    rows = tuple(layout[-1] if cols == "D" else None for layout, (_, cols) in zip(layouts, _shapes(direction, masked)))
+    compiled = _kernels(direction, name, D, bool(causal), len(batch), bool(masked), rows)
+    if compiled is None:
+        return None
+    return AttentionKernel(compiled, _params(L, S, scale, batch, layouts), L * S * D)
 
 
+def _params(L, S, scale, batch, layouts):
+    """The kernel's run-time arguments as one int64 array: L, S, the scale's float64 bits, the batch's sizes,
+    then each buffer's strides (`_Tile.bind` reads them in this order)."""
+    flat = [L, S, 0, *batch, *(n for layout in layouts for n in layout)]
+    params = np.array(flat, np.int64)
+    params[2:3] = np.array([scale], np.float64).view(np.int64)
+    return params
+
+
+def stack_bytes(direction, L, S, D, width, item, rows):
+    """The bytes of a tile's stack buffers: forward, the keys transposed, the values padded (where D is no
+    whole number of register blocks) and a row block's scores; backward, the keys padded, the values
+    transposed, the queries and grad_out padded and the scores' gradient."""
+    block = width * _VECS
+    Sp, Dp = _ceil(S, block), _ceil(D, block)
+    padded = 0 if D % block == 0 else Dp
+    if direction == "forward":
+        floats = D * Sp + S * padded + rows * Sp
+    else:
+        floats = S * padded + D * Sp + 2 * L * padded + L * Sp
+    return floats * item
+
+
+_BATCH_DIMS = 2  # (batch, heads)
 _DTYPE_NAMES = {np.dtype(t): np.dtype(t).name for t in (np.float32, np.float64)}
 
 
@@ -102,13 +148,11 @@ def _contiguous(batch, rows, cols):
     return tuple(strides)
 
 
-def _build(direction, dtype, L, S, D, causal, scale, batch, layouts, masked=False):
+def _build(direction, dtype, D, causal, ndim, masked=False, row_strides=None):
     t = ir.FloatType() if dtype == "float32" else ir.DoubleType()
     width = VECTOR_BYTES // np.dtype(dtype).itemsize
-    tile = _Tile(t, width, L, S, D, causal, scale, batch, layouts, masked, rows=block_rows())
-    if tile.stack_bytes(direction) > STACK_LIMIT:
-        return None
-    name = (f"jitorch_attention_{direction}_{dtype}_{L}x{S}x{D}{'_causal' if causal else ''}"
+    tile = _Tile(t, width, D, causal, ndim, masked, block_rows(), row_strides)
+    name = (f"jitorch_attention_{direction}_{dtype}_d{D}_b{ndim}{'_causal' if causal else ''}"
             f"{'_masked' if masked else ''}")
     n_in, n_out = (3 + masked, 2) if direction == "forward" else (5, 3)
     source = KernelSource(name, "attention", [f"attention_{direction}"], list(range(n_in)),
@@ -116,15 +160,14 @@ def _build(direction, dtype, L, S, D, causal, scale, batch, layouts, masked=Fals
     cache = default_cache()
     # (what decides the IR: the tile's parameters, the generator's sources, the target and its register
     # block's rows, and the constants' spelling, which the LLVM that llvmlite carries decides)
-    text = repr(("attention", cpu.target_id(), mathlib._reads_splat(), tile.rows, direction, dtype, L, S, D, causal,
-                 scale, batch, layouts, masked))
+    text = repr(("attention", cpu.target_id(), mathlib._reads_splat(), tile.rows, direction, dtype, D, causal, ndim,
+                 masked, row_strides))
     source.llvm_ir = cached_ir("attention kernel", text, lambda: _module(tile, direction, name, n_in, n_out), cache,
                                generator_fingerprint())
     try:
-        compiled = cpu.link_kernel(source, cache)
+        return cpu.link_kernel(source, cache)
     except CompileError:
         return None
-    return AttentionKernel(compiled, L * S * D)
 
 
 def block_rows():
@@ -141,19 +184,21 @@ def _module(tile, direction, name, n_in, n_out):
     module = ir.Module(name=name)
     module.triple = CPU.triple
     ptr = tile.t.as_pointer()
-    body = ir.Function(module, ir.FunctionType(ir.VoidType(), [I64, I64] + [ptr] * (n_in + n_out)), name + "_body")
+    body = ir.Function(module, ir.FunctionType(ir.VoidType(), [I64, I64] + [ptr] * (n_in + n_out) + [I64.as_pointer()]),
+                       name + "_body")
     body.linkage = "internal"
     body.attributes.add("alwaysinline")
-    for arg in body.args[2 + n_in:]:  # (the inputs may be one tensor: self-attention of x with itself)
+    for arg in body.args[2 + n_in:-1]:  # (the inputs may be one tensor: self-attention of x with itself)
         arg.add_attribute("noalias")
     b = ir.IRBuilder(body.append_basic_block("entry"))
-    (tile.forward if direction == "forward" else tile.backward)(b, body.args[0], body.args[1], body.args[2:])
+    tile.bind(b, body.args[-1], n_in + n_out)
+    (tile.forward if direction == "forward" else tile.backward)(b, body.args[0], body.args[1], body.args[2:-1])
     b.ret_void()
-    CPU.add_entry(module, body, list(range(n_in + n_out)), 0, "thread")
+    CPU.add_entry(module, body, list(range(n_in + n_out + 1)), 0, "thread")
     return str(module)
 
 
-# (direction, dtype name, L, S, D, causal, scale, batch, layouts, masked) -> AttentionKernel, or None
+# (direction, dtype name, D, causal, batch dims, masked) -> the linked kernel, or None
 _kernels = BuiltOnce(_build)
 
 
@@ -188,30 +233,50 @@ def _ceil(n, m):
     return -(-n // m) * m
 
 
-class _Tile:
-    """Emits one tile's loops; sizes and strides are the kernel's constants."""
+def _value(n):
+    """``n`` as an i64 value (an int made a constant)."""
+    return I64(n) if isinstance(n, int) else n
 
-    def __init__(self, t, width, L, S, D, causal, scale, batch, layouts, masked=False, rows=_ROWS):
+
+class _Tile:
+    """Emits one tile's loops. D, the register blocks and the number of batch dims are the kernel's constants;
+    L, S (and Sp, S rounded up to whole register blocks), the batch's sizes, the buffers' strides and the scale
+    are i64 (the scale a float) values that `bind` loads from the kernel's last argument. A size or stride is
+    an int or such a value wherever this class takes one."""
+
+    def __init__(self, t, width, D, causal, ndim, masked=False, rows=_ROWS, row_strides=None):
         self.rows = rows  # a product's register block: rows by `_VECS` vectors
-        self.t, self.w, self.L, self.S, self.D, self.causal, self.scale = t, width, L, S, D, causal, scale
-        self.batch, self.layouts = batch, layouts
+        self.t, self.w, self.D, self.causal, self.ndim = t, width, D, causal, ndim
         self.additive = masked  # the forward adds a mask buffer to the scaled scores
         self.vt = ir.VectorType(t, width)
-        block = width * _VECS
-        self.Sp, self.Dp = _ceil(S, block), _ceil(D, block)
+        self.block = width * _VECS
+        self.Dp = _ceil(D, self.block)
         # rows of whole register blocks are read where they lie; others are copied into padded rows
-        self.direct = D % block == 0
+        self.direct = D % self.block == 0
         self.item = VECTOR_BYTES // width
         self._accs = None  # the stack slot of `_product`'s accumulators
         self._keep = None  # the loop metadata of `kept_loop`
+        self.row_strides = row_strides  # per buffer, its rows' stride where the kernel has it as a constant
+        # (`bind`'s values)
+        self.L = self.S = self.last_row = self.Sp = self.scale = self.scales = self.batch = self.layouts = None
 
-    def stack_bytes(self, direction):
-        padded = 0 if self.direct else self.Dp
-        if direction == "forward":  # keys transposed, values padded, a row block's scores
-            floats = self.D * self.Sp + self.S * padded + (0 if self.S == self.Sp else self.rows * self.Sp)
-        else:  # keys padded, values transposed, queries and grad_out padded, the scores' gradient
-            floats = self.S * padded + self.D * self.Sp + 2 * self.L * padded + self.L * self.Sp
-        return floats * self.item
+    def bind(self, b, params, buffers):
+        """Loads the run-time sizes, strides and scale (`_params`' order) from ``params`` (an i64 pointer) for
+        ``buffers`` buffers, in the entry block before anything else (the stack buffers' sizes derive from
+        them there)."""
+        values = [b.load(b.gep(params, [I64(n)])) for n in range(3 + self.ndim + buffers * (self.ndim + 1))]
+        self.L, self.S = values[:2]
+        self.last_row = (b.sub(self.L, I64(1)), b.sub(self.S, I64(1)))  # (`block_of`'s clamps, L's and S's)
+        scale = b.bitcast(values[2], ir.DoubleType())
+        self.scale = scale if self.item == 8 else b.fptrunc(scale, self.t)
+        self.scales = self.broadcast(b, self.scale)
+        self.batch = values[3:3 + self.ndim]
+        rest = values[3 + self.ndim:]
+        self.layouts = [rest[n:n + self.ndim + 1] for n in range(0, len(rest), self.ndim + 1)]
+        for layout, stride in zip(self.layouts, self.row_strides or ()):
+            if stride is not None:
+                layout[-1] = stride
+        self.Sp = b.mul(b.udiv(b.add(self.S, I64(self.block - 1)), I64(self.block)), I64(self.block))
 
     # small helpers ------------------------------------------------------------------------------------
 
@@ -223,23 +288,26 @@ class _Tile:
         return mathlib.splat(self.vt, float(x))
 
     def buffer(self, b, n):
-        """A stack buffer of ``n`` elements (in the entry block, so it is one frame slot), zeroed once per
-        call: the copies write only the head dim's columns of padded rows, and stack garbage in the rest (NaN,
-        subnormals) made the products over those lanes, which stores mask off, ten times slower."""
-        first = b.gep(self.slot(b, ir.ArrayType(self.t, max(n, 1))), [I64(0), I64(0)])
+        """A stack buffer of ``n`` (an i64 value, at least 1) elements, allocated in the entry block (once per
+        call: the kernel's entry calls its body once), zeroed once per call: the copies write only the head
+        dim's columns of padded rows, and stack garbage in the rest (NaN, subnormals) made the products over
+        those lanes, which stores mask off, ten times slower."""
         with b.goto_entry_block():
-            self.memcall(b, "memset", first, ir.IntType(8)(0), max(n, 1))
+            first = b.alloca(self.t, size=n)
+            first.align = VECTOR_BYTES
+            self.memcall(b, "memset", first, ir.IntType(8)(0), n)
         return first
 
     def memcall(self, b, which, dst, src, n):
-        """LLVM's ``memcpy`` (``src`` a pointer) or ``memset`` (``src`` an i8) of ``n`` elements at ``dst``."""
+        """LLVM's ``memcpy`` (``src`` a pointer) or ``memset`` (``src`` an i8) of ``n`` (an int or an i64
+        value) elements at ``dst``."""
         i8p = ir.IntType(8).as_pointer()
         if which == "memcpy":
             src = b.bitcast(src, i8p)
         name = f"llvm.{which}.p0.{'p0.' if which == 'memcpy' else ''}i64"
         fn = b.module.globals.get(name) or ir.Function(b.module, ir.FunctionType(
             ir.VoidType(), [i8p, src.type, I64, ir.IntType(1)]), name)
-        b.call(fn, [b.bitcast(dst, i8p), src, I64(n * self.item), ir.IntType(1)(0)])
+        b.call(fn, [b.bitcast(dst, i8p), src, self.times(b, n, self.item), ir.IntType(1)(0)])
 
     def slot(self, b, t):
         """A stack slot of type ``t``, allocated in the entry block (a loop must not grow the stack)."""
@@ -251,8 +319,8 @@ class _Tile:
         strides = self.layouts[k]
         off, rest = I64(0), t
         for n, stride in zip(reversed(self.batch), reversed(strides[:-1])):
-            off = b.add(off, self.times(b, b.urem(rest, I64(n)), stride))
-            rest = b.udiv(rest, I64(n))
+            off = b.add(off, self.times(b, b.urem(rest, n), stride))
+            rest = b.udiv(rest, n)
         return b.gep(args[k], [off]), strides[-1]
 
     def at(self, b, base, *index):
@@ -269,8 +337,12 @@ class _Tile:
 
     @staticmethod
     def times(b, v, n):
-        """``v * n`` (an i64 value times an int; ``v`` itself for 1)."""
-        return v if n == 1 else b.mul(v, I64(n))
+        """``v * n`` as an i64 value (each an int or an i64 value; the other factor itself where one is 1)."""
+        if isinstance(v, int) and isinstance(n, int):
+            return I64(v * n)
+        if isinstance(n, int) and n == 1 or isinstance(v, int) and v == 1:
+            return v if n == 1 else n
+        return b.mul(_value(v), _value(n))
 
     def vload(self, b, p):
         return b.load(b.bitcast(p, self.vt.as_pointer()), align=self.item)
@@ -288,29 +360,29 @@ class _Tile:
     def copy(self, b, dst, ld_dst, src, ld_src, rows, cols, transpose=False):
         """``dst[r, c] = src[r, c]`` (``dst[c, r]`` with ``transpose``) for ``rows`` by ``cols``; rows are
         ``ld_dst`` and ``ld_src`` apart. Untransposed rows are one ``memcpy`` each (LLVM lowers one of a
-        constant size to a few vector moves)."""
+        constant size to a few vector moves). Transposed, where ``cols`` (an int) is whole vectors, the rows'
+        whole vectors go by square blocks in registers and the rest (a ragged S's last rows) element by
+        element."""
         if not transpose:
-            counted_loop(b, I64(0), I64(rows), I64(1), lambda b, r: self.memcall(
+            counted_loop(b, I64(0), _value(rows), I64(1), lambda b, r: self.memcall(
                 b, "memcpy", self.at(b, dst, self.times(b, r, ld_dst)), self.at(b, src, self.times(b, r, ld_src)),
                 cols), "cr")
             return
 
-        if rows % self.w == 0 and cols % self.w == 0:
-            counted_loop(b, I64(0), I64(rows), I64(self.w), lambda b, r0: counted_loop(
+        first = I64(0)
+        if cols % self.w == 0:
+            first = b.mul(b.udiv(rows, I64(self.w)), I64(self.w))
+            counted_loop(b, I64(0), first, I64(self.w), lambda b, r0: counted_loop(
                 b, I64(0), I64(cols), I64(self.w), lambda b, c0: self.transpose_block(
                     b, self.at(b, dst, self.times(b, c0, ld_dst), r0), ld_dst,
                     self.at(b, src, self.times(b, r0, ld_src), c0), ld_src), "tc"), "tr")
-            return
 
         def row(b, r):
             def col(b, c):
                 v = b.load(b.gep(src, [b.add(self.times(b, r, ld_src), c)]))
                 b.store(v, b.gep(dst, [b.add(self.times(b, c, ld_dst), r)]))
-            counted_loop(b, I64(0), I64(cols), I64(1), col, "cc")
-        if self.direct:  # (on GPT's tiles, LLVM's own unrolling of the copy ran the kernels 7-10% faster)
-            counted_loop(b, I64(0), I64(rows), I64(1), row, "cr")
-        else:
-            self.kept_loop(b, rows, row, "cr")
+            self.kept_loop(b, cols, col, "cc")
+        self.kept_loop(b, rows, row, "cr", first)
 
     def transpose_block(self, b, dst, ld_dst, src, ld_src):
         """``dst[c, r] = src[r, c]`` for a square block of one vector's lanes (rows ``ld_src`` and ``ld_dst``
@@ -325,7 +397,7 @@ class _Tile:
         rows = self.slot(b, ir.ArrayType(self.vt, w))
         row = [b.gep(rows, [I64(0), I64(i)]) for i in range(w)]
         for i in range(w):
-            b.store(self.vload(b, self.at(b, src, i * ld_src)), row[i])
+            b.store(self.vload(b, self.at(b, src, self.times(b, i, ld_src))), row[i])
         i32 = ir.IntType(32)
         low = ir.Constant(ir.VectorType(i32, w), [j // 2 + (w if j % 2 else 0) for j in range(w)])
         high = ir.Constant(ir.VectorType(i32, w), [w // 2 + j // 2 + (w if j % 2 else 0) for j in range(w)])
@@ -336,16 +408,19 @@ class _Tile:
                 b.store(b.shuffle_vector(vecs[i // 2], vecs[i // 2 + w // 2], high if i % 2 else low), row[i])
         counted_loop(b, I64(0), I64(w.bit_length() - 1), I64(1), round_, "tround")
         for i in range(w):
-            self.vstore(b, b.load(row[i]), self.at(b, dst, i * ld_dst))
+            self.vstore(b, b.load(row[i]), self.at(b, dst, self.times(b, i, ld_dst)))
 
-    def kept_loop(self, b, n, body, name):
-        """``counted_loop`` from 0 to the int ``n``, marked for LLVM to neither unroll nor vectorise: a
-        transposing copy of a short tile was unrolled over its rows, each a copy of the vectorised loop over
-        the row (with scatters), which made half the optimised code and compile time of a ragged shape's
-        kernel."""
+    def kept_loop(self, b, n, body, name, lo=I64(0)):
+        """``counted_loop`` from ``lo`` to ``n`` (an int or an i64 value), marked for LLVM to neither unroll nor
+        vectorise: a transposing copy of a short tile was unrolled over its rows, each a copy of the vectorised
+        loop over the row (with scatters), which made half the optimised code and compile time of a ragged
+        shape's kernel. So too the softmax's passes and its gradient's over a row's vectors, of a run-time
+        count since L and S are run-time values: LLVM unrolled each with a remainder loop, and GPT's kernels'
+        optimisation took 0.22 s each, the two kernels' build 0.84 s against main's 0.5 (with the mark 0.12-0.15
+        s, 0.53-0.59 s; warm tiles' time unchanged within the machine's noise)."""
         func = b.function
         first = len(func.basic_blocks)  # (the loop's header is the first block counted_loop appends)
-        counted_loop(b, I64(0), I64(n), I64(1), body, name)
+        counted_loop(b, lo, _value(n), I64(1), body, name)
         latch = func.basic_blocks[first].instructions[0].incomings[-1][1]
         latch.terminator.set_metadata("llvm.loop", self.kept(b.module))
 
@@ -368,8 +443,8 @@ class _Tile:
         return [(*self.tile(b, nxt, args, k), sizes[rows], sizes[cols]) for k, (rows, cols) in enumerate(shapes)]
 
     def prefetch_rows(self, b, tiles, i, count):
-        """Hints to bring rows ``i .. i + count`` (``count`` an int) of each of ``tiles`` (`next_tile`'s; a
-        tile's last row where it has fewer) into the cache while this tile computes. A GPT's
+        """Hints to bring rows ``i .. i + count`` (``count`` an int or an i64 value) of each of ``tiles``
+        (`next_tile`'s; a tile's last row where it has fewer) into the cache while this tile computes. A GPT's
         heads lie a row of q, k and v apart, where no hardware prefetcher ran ahead of the tiles: in a training
         step, on data not in the cache, the kernels took 1.4-2x their warm time. The hints go out a row block
         at a time, from the first pass's row-block loop: all of them at the start of a tile (768 lines of a GPT
@@ -379,10 +454,19 @@ class _Tile:
         for base, ld, rows, cols in tiles:
             def row(b, r, base=base, ld=ld, rows=rows, cols=cols):
                 r = b.add(i, r)
-                r = b.select(b.icmp_signed("<", r, I64(rows)), r, I64(rows - 1))
-                for off in range(0, cols, self.w):
-                    prefetch(b, self.at(b, base, self.times(b, r, ld), off), locality=2)
+                r = b.select(b.icmp_signed("<", r, rows), r, b.sub(rows, I64(1)))
+                self.each_line(b, cols, lambda b, off: prefetch(
+                    b, self.at(b, base, self.times(b, r, ld), off), locality=2))
             self.kept_loop(b, count, row, "pf")
+
+    def each_line(self, b, cols, body):
+        """``body(b, off)`` for the offset of each vector of a row of ``cols`` elements (an int: one call each;
+        an i64 value: a loop)."""
+        if isinstance(cols, int):
+            for off in range(0, cols, self.w):
+                body(b, off)
+        else:
+            counted_loop(b, I64(0), cols, I64(self.w), body, "ln")
 
     def prefetch_written(self, b, base, ld, i, count, cols):
         """Hints to bring rows ``i .. i + count`` (``count`` an int) of an output tile (``cols`` wide, rows ``ld``
@@ -393,34 +477,37 @@ class _Tile:
         time without them on gpt-4x128, 0.97-1.03 on gpt-6x384 (``--in-step --baseline``, interleaved, load 13);
         the warm kernels' time is unchanged. The backward's gradients gained nothing from the same hints."""
         def row(b, r):
-            for off in range(0, cols, self.w):
-                prefetch(b, self.at(b, base, self.times(b, b.add(i, r), ld), off), write=True)
+            self.each_line(b, cols, lambda b, off: prefetch(
+                b, self.at(b, base, self.times(b, b.add(i, r), ld), off), write=True))
         self.kept_loop(b, count, row, "pw")
 
     def prefetch_rest(self, b, tiles):
-        """`prefetch_rows` for the rows after the L that the row-block loop covered."""
+        """`prefetch_rows` for the rows of S-row tiles after the L that the row-block loop covered."""
         for base, ld, rows, cols in tiles:
-            if rows > self.L:
-                self.prefetch_rows(b, [(base, ld, rows, cols)], I64(self.L), rows - self.L)
+            if rows is self.S:  # (none where S <= L: the loop runs no iteration)
+                self.prefetch_rows(b, [(base, ld, rows, cols)], self.L, b.sub(self.S, self.L))
 
     def last_key(self, b, i_last):
         """The number of keys a row block whose last query is ``i_last`` reads (causal: the keys up to it)."""
         if not self.causal:
-            return I64(self.S)
+            return self.S
         n = b.add(i_last, I64(1))
-        return b.select(b.icmp_signed("<", n, I64(self.S)), n, I64(self.S))
+        return b.select(b.icmp_signed("<", n, self.S), n, self.S)
 
-    def _product(self, b, rows, a, a_rs, a_ks, bm, b_ks, k0, k1, c0, epilogue, vecs=_VECS):
-        """``acc[r][c] = sum over k in [k0, k1) of a[r * a_rs + k * a_ks] * bm[k * b_ks + c0 + c * w]`` for
-        ``rows`` rows (``a`` points at the first) and ``vecs`` vectors from column ``c0``, then
-        ``epilogue(b, r, col, acc)`` for each (``r``, ``col``: i64 values of its row and first column). The k
-        loop carries the accumulators in registers; the epilogue is emitted once, in a loop over them through a
-        stack slot (LLVM unrolls it and keeps them in registers), not once per accumulator."""
+    def _product(self, b, rows, a_row, a_ks, bm, b_ks, k0, k1, c0, epilogue, vecs=_VECS):
+        """``acc[r][c] = sum over k in [k0, k1) of a_row(r)[k * a_ks] * bm[k * b_ks + c0 + c * w]`` for
+        ``rows`` rows (``a_row(b, r)``: the address of row ``r``'s first element, ``r`` an int) and ``vecs``
+        vectors from column ``c0``, then ``epilogue(b, r, col, acc)`` for each (``r``, ``col``: i64 values of
+        its row and first column). The k loop carries the accumulators in registers; the epilogue is emitted
+        once, in a loop over them through a stack slot (LLVM unrolls it and keeps them in registers), not once
+        per accumulator."""
+        starts = [a_row(b, r) for r in range(rows)]  # (before the loop: its rows' addresses are invariant)
+
         def operands(b, k):
             row = self.at(b, bm, self.times(b, k, b_ks), c0)
             cols = [self.vload(b, self.at(b, row, c * self.w)) for c in range(vecs)]
-            ak = self.at(b, a, self.times(b, k, a_ks))
-            return [self.broadcast(b, b.load(self.at(b, ak, r * a_rs))) for r in range(rows)], cols
+            step = self.times(b, k, a_ks)
+            return [self.broadcast(b, b.load(self.at(b, start, step))) for start in starts], cols
         # (k0 < k1 always: a row block reads at least its first key, and every tile has a query)
         new, latch = fma_loop(b, k0, k1, self.splat(0.0), rows, vecs, operands)
         # kept as a loop: LLVM 15 tuning for an AMD Zen host unrolled a ragged tile's k loops whole (1 MB of
@@ -438,12 +525,24 @@ class _Tile:
         counted_loop(b, I64(0), I64(rows * vecs), I64(1), each, "acc")
 
     def row_blocks(self, b, n, body):
-        """``body(b, i, rows)`` over blocks of ``self.rows`` rows of ``n``, then the rest one by one."""
-        full = n // self.rows * self.rows
-        if full:
-            counted_loop(b, I64(0), I64(full), I64(self.rows), lambda b, i: body(b, i, self.rows), "rb")
-        if full < n:
-            counted_loop(b, I64(full), I64(n), I64(1), lambda b, i: body(b, i, 1), "rr")
+        """``body(b, i)`` over blocks of `rows` rows from row ``i`` that cover ``n`` (an i64 value) rows. The
+        last block's rows past ``n`` are its last row again (`clamped`): they compute that row's values again and
+        store them where it does, so that one block serves every length; a second loop of one-row blocks for the
+        rows after the last whole block made the kernels' IR a quarter longer and their compile a third
+        slower."""
+        counted_loop(b, I64(0), n, I64(self.rows), body, "rb")
+
+    def block_of(self, b, i, n):
+        """The rows of the row block from row ``i`` of ``n`` (L or S): ``row(b, r)`` is row ``i + r`` where it is
+        below ``n``, else row ``n - 1`` (``r`` an int or an i64 value). The int rows' are computed here, once
+        per block, not once per product that reads them."""
+        last = self.last_row[n is self.S]
+
+        def clamped(b, r):
+            row = b.add(i, _value(r))
+            return b.select(b.icmp_signed("<", row, n), row, last)
+        rows = [clamped(b, r) for r in range(self.rows)]
+        return lambda b, r: rows[r] if isinstance(r, int) else clamped(b, r)
 
     def column_blocks(self, b, ncols, body):
         """``body(b, c0, vecs)`` over blocks of ``vecs`` vectors from column ``c0`` that cover ``ncols`` (an
@@ -457,13 +556,13 @@ class _Tile:
         with b.if_then(b.icmp_signed("<", end, self.times(b, vecs, self.w))):
             body(b, end, 1)
 
-    def output_rows(self, b, rows, a, a_rs, a_ks, bm, b_ks, k0, k1, dst, ld_dst, i):
-        """Rows ``i ..`` of ``dst`` (D wide, ``ld_dst`` apart) = the `_product` over all of D's column
-        blocks."""
+    def output_rows(self, b, a_row, a_ks, bm, b_ks, k0, k1, dst, ld_dst, dst_row):
+        """A row block of ``dst`` (D wide, ``ld_dst`` apart; ``dst_row(b, r)``: the row that block row ``r``, an
+        i64 value, writes) = the `_product` over all of D's column blocks."""
         def cols(b, c0):
             def store(b, r, col, acc):
-                self.store_row_part(b, acc, self.at(b, dst, self.times(b, b.add(i, r), ld_dst)), col)
-            self._product(b, rows, a, a_rs, a_ks, bm, b_ks, k0, k1, c0, store)
+                self.store_row_part(b, acc, self.at(b, dst, self.times(b, dst_row(b, r), ld_dst)), col)
+            self._product(b, self.rows, a_row, a_ks, bm, b_ks, k0, k1, c0, store)
         counted_loop(b, I64(0), I64(self.Dp), I64(self.w * _VECS), cols, "ob")
 
     def store_row_part(self, b, acc, dst, col):
@@ -482,10 +581,12 @@ class _Tile:
     def load_row_part(self, b, src, col):
         """``src[col + lane]`` for the lanes before column S, zeros after it (a masked load: the last column
         block of a ragged S reaches past the row)."""
-        p = b.bitcast(b.gep(src, [col]), self.vt.as_pointer())
-        if self.S % (self.w * _VECS) == 0:  # (every block lies inside the row)
-            return b.load(p, align=self.item)
-        mask = b.icmp_signed("<", self.lanes, self.broadcast(b, b.sub(I64(self.S), col)))
+        return self.load_part(b, b.gep(src, [col]), b.sub(self.S, col))
+
+    def load_part(self, b, src, count):
+        """``src[lane]`` for the lanes before ``count`` (an i64 value), zeros from it (a masked load)."""
+        p = b.bitcast(src, self.vt.as_pointer())
+        mask = b.icmp_signed("<", self.lanes, self.broadcast(b, count))
         name = f"llvm.masked.load.v{self.w}{'f32' if self.item == 4 else 'f64'}.p0"
         load = b.module.globals.get(name) or ir.Function(b.module, ir.FunctionType(
             self.vt, [self.vt.as_pointer(), ir.IntType(32), mask.type, self.vt]), name)
@@ -523,7 +624,7 @@ class _Tile:
         def max_pass(b, c):
             for (row, _), slot_m in zip(rows, slots_m):
                 b.store(self.maxnum(b, b.load(slot_m), self.vload(b, self.vector(b, row, c))), slot_m)
-        counted_loop(b, I64(0), nvec, I64(1), max_pass, "mx")
+        self.kept_loop(b, nvec, max_pass, "mx")
         mvs, slots_s = [], [self.slot(b, self.vt) for _ in rows]
         for slot_m, slot_s in zip(slots_m, slots_s):
             m = by_halves(b, b.load(slot_m), self.maxnum)
@@ -546,7 +647,7 @@ class _Tile:
                 e = b.select(b.fcmp_ordered(">=", d, floor), e, x)
                 self.vstore(b, e, p)
                 b.store(b.fadd(b.load(slot_s), e), slot_s)
-        counted_loop(b, I64(0), nvec, I64(1), exp_pass, "ex")
+        self.kept_loop(b, nvec, exp_pass, "ex")
         tvs = []
         for slot_s in slots_s:
             total = by_halves(b, b.load(slot_s), lambda b, x, y: b.fadd(x, y))
@@ -559,16 +660,19 @@ class _Tile:
         def divide(b, c):  # (masked lanes inside the last vector are exp(-inf) = 0)
             for (row, _), tv in zip(rows, tvs):
                 self.vstore(b, b.fmul(self.kept_vector(b, row, c, nvec), tv), self.vector(b, row, c))
-        counted_loop(b, I64(0), I64(self.Sp // self.w), I64(1), divide, "dv")
+        self.kept_loop(b, b.udiv(self.Sp, I64(self.w)), divide, "dv")
 
     # the kernels ---------------------------------------------------------------------------------------
 
     def forward(self, b, lo, hi, args):
-        L, S, D, Sp = self.L, self.S, self.D, self.Sp
-        kt = self.buffer(b, D * Sp)
-        # a row block's scores, then weights: in P's rows where those hold whole register blocks (no copy)
-        srow = None if S == Sp else self.buffer(b, self.rows * Sp)
-        vp = None if self.direct else self.buffer(b, S * self.Dp)
+        L, S, D, Sp, R = self.L, self.S, self.D, self.Sp, self.rows
+        kt = self.buffer(b, self.times(b, D, Sp))
+        # a row block's scores, then weights: in P's rows where those hold whole register blocks (no copy), else
+        # in a buffer of whole blocks, copied to P's rows after the softmax; so too in a block with rows past L
+        # (the softmax works in place, and those rows are the last row again)
+        ragged = b.icmp_unsigned("!=", S, Sp)
+        srow = self.buffer(b, self.times(b, R, Sp))
+        vp = None if self.direct else self.buffer(b, self.times(b, S, self.Dp))
 
         def tile(b, t):
             nxt = self.next_tile(b, t, hi, args, _shapes("forward", self.additive)[:len(args) - 2])
@@ -580,39 +684,46 @@ class _Tile:
                 self.copy(b, vp, self.Dp, vv, v_ld, S, D)
             v_rows, v_rs = (vv, v_ld) if vp is None else (vp, self.Dp)
 
-            def block(b, i, rows):
-                self.prefetch_rows(b, nxt, i, rows)
-                self.prefetch_written(b, pt, p_ld, i, rows, S)
-                self.prefetch_written(b, ot, o_ld, i, rows, D)
-                n = self.last_key(b, b.add(i, I64(rows - 1)))
-                sr, s_ld = (self.at(b, pt, self.times(b, i, p_ld)), p_ld) if srow is None else (srow, Sp)
+            def block(b, i):
+                query = self.block_of(b, i, L)
+                local = b.or_(ragged, b.icmp_signed(">", b.add(i, I64(R)), L))
+                # (a row's scores: the buffer's row r, or P's row i + r, which no clamp moves in a block without
+                # rows past L)
+                first = b.select(local, srow, self.at(b, pt, self.times(b, i, p_ld)))
+                s_ld = b.select(local, Sp, _value(p_ld))
+                s_row = lambda b, r: self.at(b, first, self.times(b, r, s_ld))  # noqa: E731
+                self.prefetch_rows(b, nxt, i, R)
+                self.prefetch_written(b, pt, p_ld, i, R, S)
+                self.prefetch_written(b, ot, o_ld, i, R, D)
+                n = self.last_key(b, query(b, R - 1))
 
                 def scores(b, c0, vecs):
                     def store(b, r, col, acc):
-                        s = b.fmul(acc, self.splat(self.scale))
+                        s = b.fmul(acc, self.scales)
                         if mt is not None:  # (the composition's order: scaled, then the mask added)
-                            s = b.fadd(s, self.load_row_part(b, self.at(b, mt, self.times(b, b.add(i, r), m_ld)), col))
-                        s = self.masked(b, s, b.add(i, r), col)
-                        self.vstore(b, s, self.at(b, sr, self.times(b, r, s_ld), col))
-                    self._product(b, rows, self.at(b, qt, self.times(b, i, q_ld)), q_ld, 1, kt, Sp, I64(0), I64(D),
-                                  c0, store, vecs)
+                            s = b.fadd(s, self.load_row_part(b, self.at(b, mt, self.times(b, query(b, r), m_ld)), col))
+                        s = self.masked(b, s, query(b, r), col)
+                        self.vstore(b, s, self.at(b, s_row(b, r), col))
+                    self._product(b, R, lambda b, r: self.at(b, qt, self.times(b, query(b, r), q_ld)), 1, kt, Sp,
+                                  I64(0), I64(D), c0, store, vecs)
                 self.column_blocks(b, n, scores)
                 # (the passes interleaved over `_ROWS` rows at a time, in a loop: over 8 they doubled the IR)
-                group = min(rows, _ROWS)
-                counted_loop(b, I64(0), I64(rows), I64(group), lambda b, r0: self.softmax_rows(b, [
-                    (self.at(b, sr, self.times(b, b.add(r0, I64(r)), s_ld)), b.add(i, b.add(r0, I64(r))))
-                    for r in range(group)]), "sm")
-                if srow is not None:
-                    self.copy(b, self.at(b, pt, self.times(b, i, p_ld)), p_ld, sr, s_ld, rows, S)
-                self.output_rows(b, rows, sr, s_ld, 1, v_rows, v_rs, I64(0), n, ot, o_ld, i)
+                group = min(R, _ROWS)
+                counted_loop(b, I64(0), I64(R), I64(group), lambda b, r0: self.softmax_rows(b, [
+                    (s_row(b, b.add(r0, I64(r))), query(b, b.add(r0, I64(r)))) for r in range(group)]), "sm")
+                with b.if_then(local):
+                    counted_loop(b, I64(0), I64(R), I64(1), lambda b, r: self.memcall(
+                        b, "memcpy", self.at(b, pt, self.times(b, query(b, r), p_ld)),
+                        self.at(b, srow, self.times(b, r, Sp)), S), "cp")
+                self.output_rows(b, s_row, 1, v_rows, v_rs, I64(0), n, ot, o_ld, query)
             self.row_blocks(b, L, block)
             self.prefetch_rest(b, nxt)
         counted_loop(b, lo, hi, I64(1), tile, "tile")
 
     def backward(self, b, lo, hi, args):
-        L, S, D, Sp = self.L, self.S, self.D, self.Sp
-        vt, ds = self.buffer(b, D * Sp), self.buffer(b, L * Sp)
-        pads = None if self.direct else [self.buffer(b, n * self.Dp) for n in (S, L, L)]
+        L, S, D, Sp, R = self.L, self.S, self.D, self.Sp, self.rows
+        vt, ds = self.buffer(b, self.times(b, D, Sp)), self.buffer(b, self.times(b, L, Sp))
+        pads = None if self.direct else [self.buffer(b, self.times(b, n, self.Dp)) for n in (S, L, L)]
 
         def tile(b, t):
             nxt = self.next_tile(b, t, hi, args, _shapes("backward", False)[:5])
@@ -627,68 +738,75 @@ class _Tile:
                 (kp, kp_ld), (qp, qp_ld), (gop, gop_ld) = ((buf, self.Dp) for buf in pads)
 
             # dP = grad_out V^T into ds, then ds = P (dP - sum(P dP)) * scale, row by row
-            def block(b, i, rows):
-                self.prefetch_rows(b, nxt, i, rows)
-                n = self.last_key(b, b.add(i, I64(rows - 1)))
+            def block(b, i):
+                query = self.block_of(b, i, L)
+                self.prefetch_rows(b, nxt, i, R)
+                n = self.last_key(b, query(b, R - 1))
 
                 def dp(b, c0, vecs):
                     def store(b, r, col, acc):
-                        self.vstore(b, acc, self.at(b, ds, self.times(b, b.add(i, r), Sp), col))
-                    self._product(b, rows, self.at(b, gt, self.times(b, i, g_ld)), g_ld, 1, vt, Sp, I64(0), I64(D),
-                                  c0, store, vecs)
+                        self.vstore(b, acc, self.at(b, ds, self.times(b, query(b, r), Sp), col))
+                    self._product(b, R, lambda b, r: self.at(b, gt, self.times(b, query(b, r), g_ld)), 1, vt, Sp,
+                                  I64(0), I64(D), c0, store, vecs)
                 self.column_blocks(b, n, dp)
+
                 def grads(b, r):
                     row = b.add(i, r)
                     self.softmax_grad_row(b, self.at(b, ds, self.times(b, row, Sp)),
                                           self.at(b, pt, self.times(b, row, p_ld)), row)
-                counted_loop(b, I64(0), I64(rows), I64(1), grads, "sg")
+                # (each row once: the transform is in place, and a block's rows past L repeat its last row)
+                last = b.sub(L, i)
+                counted_loop(b, I64(0), b.select(b.icmp_signed("<", last, I64(R)), last, I64(R)), I64(1), grads, "sg")
             self.row_blocks(b, L, block)
             self.prefetch_rest(b, nxt)
 
             # grad_q = ds K, over each row block's keys
-            self.row_blocks(b, L, lambda b, i, rows: self.output_rows(
-                b, rows, self.at(b, ds, self.times(b, i, Sp)), Sp, 1, kp, kp_ld, I64(0),
-                self.last_key(b, b.add(i, I64(rows - 1))), gqt, gq_ld, i))
+            def q_block(b, i):
+                query = self.block_of(b, i, L)
+                self.output_rows(b, lambda b, r: self.at(b, ds, self.times(b, query(b, r), Sp)), 1, kp, kp_ld, I64(0),
+                                 self.last_key(b, query(b, R - 1)), gqt, gq_ld, query)
+            self.row_blocks(b, L, q_block)
 
             # grad_k = ds^T Q and grad_v = P^T grad_out, over the queries at or after each key
-            def kv_block(b, j, rows):
+            def kv_block(b, j):
+                key = self.block_of(b, j, S)
                 first = j if self.causal else I64(0)
-                first = b.select(b.icmp_signed("<", first, I64(L)), first, I64(L - 1))
-                self.output_rows(b, rows, self.at(b, ds, j), 1, Sp, qp, qp_ld, first, I64(L), gkt, gk_ld, j)
-                self.output_rows(b, rows, self.at(b, pt, j), 1, p_ld, gop, gop_ld, first, I64(L), gvt, gv_ld, j)
+                first = b.select(b.icmp_signed("<", first, L), first, self.last_row[0])
+                ds_col, p_col = (lambda b, r, base=base: self.at(b, base, key(b, r)) for base in (ds, pt))
+                self.output_rows(b, ds_col, Sp, qp, qp_ld, first, L, gkt, gk_ld, key)
+                self.output_rows(b, p_col, p_ld, gop, gop_ld, first, L, gvt, gv_ld, key)
             self.row_blocks(b, S, kv_block)
         counted_loop(b, lo, hi, I64(1), tile, "tile")
 
     def softmax_grad_row(self, b, row, prow, i):
         """``row`` (dP, Sp long) to ``P (dP - sum(P dP)) * scale`` over the row's keys, zeros after them
-        (``prow``: the row of P, zeros after its keys)."""
+        (``prow``: the row of P, zeros after its keys). The lanes after the row's keys hold P = 0 and dP of the
+        row block's product. Where S is no whole number of vectors, P's row is read with masked loads up to its
+        keys (a whole vector would read past the row); where it is, with plain loads (a branch per row, which
+        the row's loops do not pay)."""
         n = self.last_key(b, i)
-        if self.S % self.w:  # (whole vectors of P's row would read past it)
-            slot = self.slot(b, self.t)
-            b.store(self.const(0.0), slot)
-            counted_loop(b, I64(0), n, I64(1), lambda b, j: b.store(
-                b.fadd(b.load(slot), b.fmul(b.load(b.gep(prow, [j])), b.load(b.gep(row, [j])))), slot), "dl")
-            delta = b.load(slot)
-
-            def each(b, j):
-                g = b.fmul(b.load(b.gep(prow, [j])), b.fsub(b.load(b.gep(row, [j])), delta))
-                b.store(b.fmul(g, self.const(self.scale)), b.gep(row, [j]))
-            counted_loop(b, I64(0), n, I64(1), each, "sg")
-            counted_loop(b, n, I64(self.Sp), I64(1), lambda b, j: b.store(self.const(0.0), b.gep(row, [j])), "sz")
-            return
-        # whole vectors: the lanes after the row's keys hold P = 0 and dP of the row block's product
         nvec = b.sdiv(b.add(n, I64(self.w - 1)), I64(self.w))
+        with b.if_else(b.icmp_unsigned("==", b.urem(self.S, I64(self.w)), I64(0))) as (whole, ragged):
+            with whole:
+                self.softmax_grad_vectors(b, row, prow, nvec, lambda b, c: self.kept_vector(b, prow, c, nvec))
+            with ragged:
+                self.softmax_grad_vectors(b, row, prow, nvec, lambda b, c: self.load_part(
+                    b, self.vector(b, prow, b.select(b.icmp_signed("<", c, nvec), c, I64(0))),
+                    b.sub(n, self.times(b, c, self.w))))
+
+    def softmax_grad_vectors(self, b, row, prow, nvec, p_vector):
+        """`softmax_grad_row`'s loops, ``p_vector(b, c)`` vector ``c`` of P's row (zeros from vector ``nvec``)."""
         slot = self.slot(b, self.vt)
         b.store(self.splat(0.0), slot)
-        counted_loop(b, I64(0), nvec, I64(1), lambda b, c: b.store(b.fadd(b.load(slot), b.fmul(
-            self.vload(b, self.vector(b, prow, c)), self.vload(b, self.vector(b, row, c)))), slot), "dl")
+        self.kept_loop(b, nvec, lambda b, c: b.store(b.fadd(b.load(slot), b.fmul(
+            p_vector(b, c), self.vload(b, self.vector(b, row, c)))), slot), "dl")
         delta = self.broadcast(b, by_halves(b, b.load(slot), lambda b, x, y: b.fadd(x, y)))
 
         def each(b, c):  # (P's row is S long: its vectors past the keys are not read)
-            g = b.fmul(self.kept_vector(b, prow, c, nvec), b.fsub(self.kept_vector(b, row, c, nvec), delta))
-            g = b.fmul(g, self.splat(self.scale))
+            g = b.fmul(p_vector(b, c), b.fsub(self.kept_vector(b, row, c, nvec), delta))
+            g = b.fmul(g, self.scales)
             self.vstore(b, b.select(b.icmp_signed("<", c, nvec), g, self.splat(0.0)), self.vector(b, row, c))
-        counted_loop(b, I64(0), I64(self.Sp // self.w), I64(1), each, "sg")
+        self.kept_loop(b, b.udiv(self.Sp, I64(self.w)), each, "sg")
 
     def exp_function(self, module):
         """`_exp_nonpositive` of a vector as an internal always-inline function of ``module``, defined once: the

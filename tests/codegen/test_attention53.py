@@ -41,7 +41,7 @@ def _exp_kernel(dtype):
     b.ret_void()
     CPU.add_entry(module, body, [0, 1], 0, "thread")
     source = KernelSource(name, "test", ["exp"], [0], [1], 0, 0, llvm_ir=str(module))
-    return kernels.AttentionKernel(cpu.link_kernel(source), 1), w
+    return kernels.AttentionKernel(cpu.link_kernel(source), np.zeros(1, np.int64), 1), w
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
