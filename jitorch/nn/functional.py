@@ -4,8 +4,8 @@ Every function is a composition of registry ops, so autograd differentiates it,
 the tracer records it and the compiler fuses it with no code of its own here.
 Convolutions and pools gather their windows as one strided view of a padded input
 (im2col), copied once where a reshape merges them; the backward accumulates through
-the same view (col2im, `_as_strided_add`). DCGAN's 4x4 stride-2 convolutions of
-32 channels or more take Winograd's F(2x2, 2x2) instead (`_winograd_conv`). A convolution lays its input out batch
+the same view (col2im, `_as_strided_add`). In a compiled call, DCGAN's 4x4 stride-2
+convolutions of 32 channels or more take Winograd's F(2x2, 2x2) instead (`_winograd_conv`). A convolution lays its input out batch
 innermost, so that every image's windows are the columns of one GEMM per group and
 both copies move whole batch rows.
 
@@ -26,7 +26,7 @@ import numpy as np
 
 import jitorch as jt
 from jitorch.autograd.engine import not_differentiable, saves_also, saving as _saves
-from jitorch.compiler import is_compiling
+from jitorch.compiler import is_compiling, reruns_eagerly
 from jitorch.ops.attention import (attention_fast, fused as _fused_attention,
                                    saves_output as _attention_saves_output)
 from jitorch.ops import linalg
@@ -340,10 +340,14 @@ def _check_spatial(value, n, what):
 # products of each backward (autograd transposes every step). Measured on DCGAN's layers (one thread, OpenBLAS,
 # process CPU, interleaved): the nine products took 0.52-0.58 of the one GEMM's time, forward and both gradients;
 # a compiled layer's forward and backward 0.70-0.76 of the direct one's, the compiled DCGAN step 0.76 (one thread,
-# thread CPU, in turns in one process; its eager step 1.06-1.12 at 1-2 threads: more, smaller ops).
+# thread CPU, in turns in one process). Eager calls keep the direct GEMM: their step took 1.06-1.12 of the direct
+# one's at 1-2 threads (more, smaller ops, each a NumPy pass).
 # Small channel counts keep the direct GEMM, whose im2col is the cheaper of the two gathers there. Rounding differs
 # from the direct sum's (float32: relative 1e-6 of the outputs' scale against torch), and the transforms subtract
-# inputs: an infinite input gives NaN in the outputs of its tiles where the direct sum may give an infinity.
+# inputs: an infinite input gives NaN in the outputs of its tiles where the direct sum may give an infinity. So
+# only a compiled call that reruns eagerly takes it (`jitorch.compiler.reruns_eagerly`), and its graph checks the
+# sum of each result, and of each result's gradient, finite (`_winograd_checked`): where one is not, the call
+# raises before it writes anything and runs eagerly, by direct sums.
 WINOGRAD_MIN_CHANNELS = 32
 
 
@@ -352,7 +356,7 @@ def _winograd_fits(weight, groups, stride, dilation, channels, spatial):
     weight (a transposed convolution's is ``(C_in, C_out, 4, 4)``) at stride 2, no dilation, one group, both channel
     counts at least ``WINOGRAD_MIN_CHANNELS`` and ``spatial`` (the padded input's sizes, less 2; a transposed one's:
     its input's) made of whole tiles."""
-    return (weight.ndim == 4 and tuple(weight.shape[2:]) == (4, 4) and tuple(stride) == (2, 2)
+    return (reruns_eagerly() and weight.ndim == 4 and tuple(weight.shape[2:]) == (4, 4) and tuple(stride) == (2, 2)
             and tuple(dilation) == (1, 1) and groups == 1 and weight.dtype in (jt.float32, jt.float64)
             and weight.device.type == "cpu" and min(channels) >= WINOGRAD_MIN_CHANNELS
             and all(s > 0 and s % 4 == 0 for s in spatial))
@@ -408,6 +412,24 @@ def _f22_weight(weight):
     # its rows and columns in 3.2, copying runs of 2 and 4 elements
     taps = weight.permute(2, 3, 0, 1).reshape(2, 2, 2, 2, o, c).permute(0, 2, 4, 5, 1, 3)
     return _f22_tiles(taps, _f22_taps).reshape(9, o, 4 * c)
+
+
+def _winograd_checked(y):
+    """``y``, a Winograd result, with checks that the sum of its values, and of its gradient's in a backward, is
+    finite at each call of the compiled graph: the values are then finite, and so are the transforms' of the
+    inputs and weight that made them (an infinity or NaN there gives a NaN or infinity in ``y``), the same as the
+    direct sum's up to rounding; else the call reruns eagerly (`ops.value_checks.EagerRerun`). Each check costs
+    one pass over ``y`` (or its gradient), its sum's kernel."""
+    with jt.no_grad():
+        _check_values("finite_else_eager", [y.detach().sum()])
+    if y.requires_grad:
+        y.register_hook(_check_gradient)
+    return y
+
+
+def _check_gradient(grad):
+    with jt.no_grad():
+        _check_values("finite_else_eager", [grad.detach().sum()])
 
 
 def _winograd_conv(xt, weight):
@@ -785,7 +807,7 @@ def _conv(input, weight, bias, stride, padding, dilation, groups, nd):
     n, c, o = x.shape[0], x.shape[1], weight.shape[0]
     xt = _batch_last(x, pads)
     if _winograd_fits(weight, groups, stride, dilation, (c, o), [p - 2 for p in padded]):
-        y = _batch_first(_winograd_conv(xt, weight))
+        y = _batch_first(_winograd_checked(_winograd_conv(xt, weight)))
     else:
         y = _batch_first(_direct_product(xt, weight, groups, kernel, stride, dilation, out).reshape(o, *out, n))
     if bias is not None:
@@ -863,7 +885,7 @@ def _conv_transpose(input, weight, bias, stride, padding, output_padding, groups
     shape = (c_out, *full, n)
     if _winograd_fits(weight, groups, stride, dilation, (c_in, c_out), [2 * s for s in sizes]) \
             and not any(output_padding):
-        y = _winograd_conv_transpose(x, weight)
+        y = _winograd_checked(_winograd_conv_transpose(x, weight))
     else:
         # (G, C_out/G * K, C_in/G) @ (G, C_in/G, L * N): every input position's kernel-sized contribution, laid out
         # as the windows of a (C_out, *full, N) output (``_batch_last``'s layout) that one col2im sums up; the

@@ -1,6 +1,7 @@
 """DCGAN's convolutions (4x4 kernels at stride 2) by Winograd's F(2x2, 2x2) (`nn.functional._winograd_conv`): nine
 products of 9/16 of the direct GEMM's multiply-adds, forward and both gradients; and the stacks of its transforms,
-whose pieces their kernels write straight into the stack's result (`jit.executor.fold_pieces_into_stacks`)."""
+whose pieces their kernels write straight into the stack's result (`jit.executor.fold_pieces_into_stacks`). Compiled
+calls only (`jitorch.compiler.reruns_eagerly`): eager ones keep the direct GEMM (tests/codegen/test_dcgan57.py)."""
 
 import numpy as np
 import pytest
@@ -8,7 +9,6 @@ import torch
 
 import jitorch as jt
 import jitorch.nn.functional as F
-from jitorch.jit.tracer import trace
 from tests.jit.test_stack_fold57 import stack_steps
 
 
@@ -54,11 +54,12 @@ def test_winograd_convolutions_and_their_gradients_match_torch(case):
     expected = fn(xr, wr, stride=2, padding=padding)
     expected = (expected, *torch.autograd.grad(expected, (xr, wr), g))
     args = jitorch_operands(x, weight, g)
-    got = conv_step(transposed, padding)(*args)
+    compiled = jt.compile(conv_step(transposed, padding))
+    got = compiled(*args)
     assert got[0].stride() == expected[0].stride()
     for a, b in zip(got, expected):
         np.testing.assert_allclose(a.detach().numpy(), b.detach().numpy(), rtol=1e-10, atol=1e-10)
-    graph = trace(conv_step(transposed, padding), *args)
+    graph = compiled.lower(*args).graph
     # nine products for each of the three: a convolution's and its input gradient's (a transposed convolution's the
     # other way round), and the weight gradient's
     o, c = (c, o) if transposed else (o, c)  # (the weight as a convolution's, (O, C, 4, 4))
@@ -70,17 +71,17 @@ def test_winograd_convolutions_and_their_gradients_match_torch(case):
 
 
 @pytest.mark.parametrize("transposed", [False, True])
-def test_compiled_winograd_step_equals_eager_bit_for_bit_its_stacks_written_in_place(transposed):
-    """The transforms' kernels compute each element as eager does, into the stacks' buffers: of the 14 (transposed:
-    13) stacks of the step, those whose every piece a kernel computes run no step; three keep one, which copies
-    only the pieces that are not a kernel's (an add's gradient passed through, a view; the weight gradient's); the
-    others, some 40 pieces and inner stacks, lie in their stack's buffer."""
+def test_compiled_winograd_step_equals_its_graph_interpreted_bit_for_bit_its_stacks_written_in_place(transposed):
+    """The transforms' kernels compute each element as the interpreter's eager ops do, into the stacks' buffers: of
+    the 14 (transposed: 13) stacks of the step, those whose every piece a kernel computes run no step; three keep
+    one, which copies only the pieces that are not a kernel's (an add's gradient passed through, a view; the weight
+    gradient's); the others, some 40 pieces and inner stacks, lie in their stack's buffer."""
     x, weight, g = operands(transposed, 2, 32, 32, 4, 4, 1, torch.float32)
     args = jitorch_operands(x, weight, g)
     step = conv_step(transposed)
-    compiled = jt.compile(step)
+    compiled, interpreted = jt.compile(step), jt.compile(step, backend="interpreter")
     for _ in range(2):
-        for a, b in zip(compiled(*args), step(*args)):
+        for a, b in zip(compiled(*args), interpreted(*args)):
             np.testing.assert_array_equal(a.detach().numpy(), b.detach().numpy())
     executable = compiled.lower(*args).executable
     assert sum(n.op.name == "stack" for n in executable.graph.nodes) >= 13
@@ -91,6 +92,6 @@ def test_compiled_winograd_step_equals_eager_bit_for_bit_its_stacks_written_in_p
 def test_small_channel_counts_keep_the_direct_gemm():
     """A convolution of 3 input channels (DCGAN's first and last layers) keeps its one GEMM of im2col's columns."""
     x, w = jt.randn(2, 3, 8, 8, requires_grad=True), jt.randn(32, 3, 4, 4, requires_grad=True)
-    graph = trace(conv_step(False), x, w, jt.randn(2, 32, 4, 4))
+    graph = jt.compile(conv_step(False)).lower(x, w, jt.randn(2, 32, 4, 4)).graph
     assert ("matmul", [(1, 32, 48), (1, 48, 32)]) in products(graph)
     assert not any(op == "bmm" for op, _ in products(graph))
