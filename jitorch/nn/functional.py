@@ -5,9 +5,10 @@ the tracer records it and the compiler fuses it with no code of its own here.
 Convolutions and pools gather their windows as one strided view of a padded input
 (im2col), copied once where a reshape merges them; the backward accumulates through
 the same view (col2im, `_as_strided_add`). In a compiled call, DCGAN's 4x4 stride-2
-convolutions of 32 channels or more take Winograd's F(2x2, 2x2) instead (`_winograd_conv`). A convolution lays its input out batch
-innermost, so that every image's windows are the columns of one GEMM per group and
-both copies move whole batch rows.
+convolutions of 32 channels or more take Winograd's F(2x2, 2x2) instead
+(`_winograd_conv`). A convolution lays its input out batch innermost, so that every
+image's windows are the columns of one GEMM per group and both copies move whole
+batch rows.
 
 Checks that need tensor values (a class index out of range, BCE inputs outside
 [0, 1]) go through `jitorch.ops.value_checks.check`: at once eagerly, and as a
@@ -352,7 +353,8 @@ WINOGRAD_MIN_CHANNELS = 32
 
 
 def _winograd_fits(weight, groups, stride, dilation, channels, spatial):
-    """Whether a 2-d convolution (a transposed one: its input's) takes `_winograd_conv`: a float CPU ``(O, C, 4, 4)``
+    """Whether a 2-d convolution (a transposed one: its input's) takes `_winograd_conv`: in a compiled call that reruns
+    eagerly where a value is not finite (`_winograd_checked`), a float CPU ``(O, C, 4, 4)``
     weight (a transposed convolution's is ``(C_in, C_out, 4, 4)``) at stride 2, no dilation, one group, both channel
     counts at least ``WINOGRAD_MIN_CHANNELS`` and ``spatial`` (the padded input's sizes, less 2; a transposed one's:
     its input's) made of whole tiles."""
