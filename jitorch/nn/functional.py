@@ -416,17 +416,19 @@ def _f22_weight(weight):
     return _f22_tiles(taps, _f22_taps).reshape(9, o, 4 * c)
 
 
-def _winograd_checked(y):
-    """``y``, a Winograd result, with checks that the sum of its values, and of its gradient's in a backward, is
-    finite at each call of the compiled graph: the values are then finite, and so are the transforms' of the
-    inputs and weight that made them (an infinity or NaN there gives a NaN or infinity in ``y``), the same as the
-    direct sum's up to rounding; else the call reruns eagerly (`ops.value_checks.EagerRerun`). Each check costs
-    one pass over ``y`` (or its gradient), its sum's kernel."""
+def _winograd_checked(products):
+    """``products``, a Winograd convolution's nine, with checks that the sum of their values, and of their
+    gradient's in a backward, is finite at each call of the compiled graph: the values are then finite, and so are
+    the transforms' of the inputs, weight and result gradient that made them (an infinity or NaN there gives a NaN
+    or an infinity in the products), the same as the direct sum's up to rounding; else the call reruns eagerly
+    (`ops.value_checks.EagerRerun`). The products and their gradient are in memory anyway (a product's result and
+    operand), where the convolution's result and its gradient are its kernels' (fused with their neighbours): each
+    check is one reduction's pass over memory, and keeps the kernels as they were."""
     with jt.no_grad():
-        _check_values("finite_else_eager", [y.detach().sum()])
-    if y.requires_grad:
-        y.register_hook(_check_gradient)
-    return y
+        _check_values("finite_else_eager", [products.detach().sum()])
+    if products.requires_grad:
+        products.register_hook(_check_gradient)
+    return products
 
 
 def _check_gradient(grad):
@@ -442,7 +444,7 @@ def _winograd_conv(xt, weight):
     c, th, tw, n = size[2], size[5], size[6], size[7]
     o = weight.shape[0]
     v = _f22_tiles(xt.as_strided(size, strides, xt.storage_offset()), _f22_data).reshape(9, 4 * c, th * tw * n)
-    m = jt.bmm(_f22_weight(weight), v).view(3, 3, o, th, tw, n)
+    m = _winograd_checked(jt.bmm(_f22_weight(weight), v)).view(3, 3, o, th, tw, n)
     y = _f22_tiles(m, _f22_out).view(2, 2, o, th, tw, n)  # (p, q, O, ti, tj, N): output (2 ti + p, 2 tj + q)
     return y.permute(2, 3, 0, 4, 1, 5).reshape(o, 2 * th, 2 * tw, n)
 
@@ -455,7 +457,7 @@ def _winograd_conv_transpose(z, weight):
     c, th, tw = weight.shape[1], h // 2, w // 2
     parts = z.view(n, o, th, 2, tw, 2).permute(3, 5, 1, 2, 4, 0)  # (p, q, O, ti, tj, N)
     m = _f22_tiles(parts, _f22_taps).reshape(9, o, th * tw * n)
-    v = jt.bmm(_f22_weight(weight).transpose(1, 2), m).view(3, 3, c, 2, 2, th, tw, n)
+    v = _winograd_checked(jt.bmm(_f22_weight(weight).transpose(1, 2), m)).view(3, 3, c, 2, 2, th, tw, n)
     shape = (c, 4 * th + 2, 4 * tw + 2, n)
     size, strides = _f22_windows(shape)
     flat = jt.zeros(math.prod(shape), dtype=z.dtype, device=z.device)
@@ -809,7 +811,7 @@ def _conv(input, weight, bias, stride, padding, dilation, groups, nd):
     n, c, o = x.shape[0], x.shape[1], weight.shape[0]
     xt = _batch_last(x, pads)
     if _winograd_fits(weight, groups, stride, dilation, (c, o), [p - 2 for p in padded]):
-        y = _batch_first(_winograd_checked(_winograd_conv(xt, weight)))
+        y = _batch_first(_winograd_conv(xt, weight))
     else:
         y = _batch_first(_direct_product(xt, weight, groups, kernel, stride, dilation, out).reshape(o, *out, n))
     if bias is not None:
@@ -887,7 +889,7 @@ def _conv_transpose(input, weight, bias, stride, padding, output_padding, groups
     shape = (c_out, *full, n)
     if _winograd_fits(weight, groups, stride, dilation, (c_in, c_out), [2 * s for s in sizes]) \
             and not any(output_padding):
-        y = _winograd_checked(_winograd_conv_transpose(x, weight))
+        y = _winograd_conv_transpose(x, weight)
     else:
         # (G, C_out/G * K, C_in/G) @ (G, C_in/G, L * N): every input position's kernel-sized contribution, laid out
         # as the windows of a (C_out, *full, N) output (``_batch_last``'s layout) that one col2im sums up; the
