@@ -723,6 +723,15 @@ def _step_reads(steps):
     return [step.reads() for step in steps]
 
 
+def _reader_counts(reads):
+    """{value: how many times the steps read it}, from each step's reads (`_step_reads`)."""
+    readers = {}
+    for read in reads:
+        for v in read:
+            readers[v] = readers.get(v, 0) + 1
+    return readers
+
+
 def fold_pieces_into_stacks(graph, steps, layouts):
     """(``steps`` without the host ``stack`` steps (`_host_stack`) whose pieces are all written straight into the
     stack's result, {piece: (the stack's result, the piece's index)}). Taken where the stack's result is compact
@@ -739,10 +748,7 @@ def fold_pieces_into_stacks(graph, steps, layouts):
         return steps, {}
     reads = _step_reads(steps)
     root, last_use, escaping = lifetimes(graph, steps, reads)
-    readers = {}
-    for step_reads in reads:
-        for v in step_reads:
-            readers[v] = readers.get(v, 0) + 1
+    readers = _reader_counts(reads)
     made = {v: step for step in steps if type(step) is KernelStep and step.kernel.source.split is None
             for v in step.outputs}
     stacked, dropped, folded = {}, set(), set()
@@ -1280,10 +1286,7 @@ def fold_copies_into_cats(graph, steps, layouts):
     copy's dtype."""
     reads = _step_reads(steps)
     _, _, escaping = lifetimes(graph, steps, reads)
-    readers = {}
-    for read in reads:
-        for v in read:
-            readers[v] = readers.get(v, 0) + 1
+    readers = _reader_counts(reads)
     copies = {}  # value -> (its copy kernel's step, (source, geometry))
     for step in steps:
         if type(step) is KernelStep and step.group.kind == "view" and step.kernel.source.split is None:
