@@ -28,6 +28,15 @@ def is_compiling():
     return current_tracer() is not None
 
 
+def reruns_eagerly():
+    """True while `jitorch.compile` traces a graph whose calls run the function eagerly instead where a check of
+    rule "finite_else_eager" fails (`ops.value_checks.EagerRerun`): library code may then take a faster form that
+    is exact only for finite values (DCGAN's Winograd convolutions). Not in an export's or a backward's own trace,
+    whose graphs run with no function to fall back on."""
+    tracer = current_tracer()
+    return tracer is not None and tracer.reruns_eagerly
+
+
 @contextlib.contextmanager
 def _untraced(tracer):
     """The block's ops run for real: ``tracer`` stops recording meanwhile."""

@@ -21,6 +21,7 @@ from ..runtime.grad_mode import is_grad_enabled, no_grad
 from ..runtime.threads import is_warn_always_enabled
 from ..ops import registry
 from ..ops.registry import contiguous_strides_cached
+from ..ops.value_checks import EagerRerun
 from ..runtime import dtypes as _dtypes
 from ..runtime.dtypes import get_default_dtype
 from ..runtime.device import current_cuda_index, get_default_device
@@ -264,6 +265,14 @@ class CompiledFunction:
         return f"_jitorch_compiled_{id(self)}"
 
     def __call__(self, *args, **kwargs):
+        try:
+            return self._call(args, kwargs)
+        except EagerRerun as e:
+            # (raised by a check before the call wrote an output or an input: `value_checks.EagerRerun`)
+            logs.log("recompiles", "%s runs eagerly this call: %s", self.name, e)
+            return self.fn(*args, **kwargs)
+
+    def _call(self, args, kwargs):
         if registry.DISPATCH_HOOKS and registry.transforms_active():
             # inside vmap or forward AD: their hooks must see every op (a graph would run on batched or dual
             # tensors as if they were plain ones), so the function runs eagerly through them
@@ -490,7 +499,7 @@ class CompiledFunction:
         return entry
 
     def _trace(self, args, kwargs):
-        graph, _ = trace_with_inputs(self.fn, args, kwargs, refreshed=True)
+        graph, _ = trace_with_inputs(self.fn, args, kwargs, refreshed=True, reruns_eagerly=True)
         # (0-d CPU tensors join CUDA operands, as torch lets them)
         devices = sorted({str(v.type.device) for v in graph.values() if v.type.ndim or v.type.device.type != "cpu"}
                          or {"cpu"})

@@ -294,6 +294,11 @@ def _host_stack(node):
 
 def _stack_into(args, out):
     tensors, dim = args[0], args[1] if len(args) > 1 else 0
+    if any(t is None for t in tensors):  # (the pieces placed in the result by their kernels are there)
+        for i, t in enumerate(tensors):
+            if t is not None:
+                out[(slice(None),) * (dim % out.ndim) + (i,)] = t
+        return
     if out.ndim == 1:
         # 0-d arrays, assigned as a sequence: 0.8 us for 52 where np.stack takes 27 (each value's bits kept,
         # a signalling NaN's too)
@@ -402,6 +407,7 @@ class EagerStep:
         # filled by `fold_biases_into_products`: a product node -> (the bias added to its result, the sum's value),
         # the step writing the sum (`gemm_words.biased_product`) where the product's result was
         self.biases = {}
+        self.placed = set()  # filled by `fold_pieces_into_stacks`: a stack's pieces that their kernels wrote in it
 
     def reads(self):
         return [v for node in self.nodes for v in
@@ -483,8 +489,8 @@ class EagerStep:
                      f"env[{src.name(out, 'v')}]._array())", indent)
             return
         if out in self.into_arena or out in self.into_fresh:
-            arrays = ", ".join("None" if isinstance(a, Value) and a in self.unfilled else _array_expression(src, a)
-                               for a in node.args)
+            arrays = ", ".join("None" if isinstance(a, Value) and a in self.unfilled else
+                               _array_expression(src, a, self.placed) for a in node.args)
             writer = src.name(_WRITERS_INTO[node.op.name][1], "writer")
             src.emit(f"{writer}([{arrays}], env[{src.name(out, 'v')}]._array())", indent)
             return
@@ -566,13 +572,14 @@ def _movable(step):
         node.op.view is not None or node.op.name in _PRODUCTS for node in step.nodes)
 
 
-def _array_expression(src, arg):
+def _array_expression(src, arg, placed=()):
     """The generated call's expression of an eager node's argument as a writer into the arena takes it: a
-    tensor as its array, a list of tensors (cat's) as a list of arrays, anything else as it is."""
+    tensor as its array, a list of tensors (cat's) as a list of arrays (None for the pieces in ``placed``,
+    already where the writer would copy them), anything else as it is."""
     if isinstance(arg, Value):
         return f"env[{src.name(arg, 'v')}]._array()"
     if isinstance(arg, (list, tuple)) and any(isinstance(a, Value) for a in arg):
-        return "[" + ", ".join(_array_expression(src, a) for a in arg) + "]"
+        return "[" + ", ".join("None" if a in placed else _array_expression(src, a) for a in arg) + "]"
     return src.name(arg, "c")
 
 
@@ -671,7 +678,8 @@ class Arena:
     def __init__(self, plan, steps, runs=()):
         # (each starting a cache line: a kernel's vectors then never straddle two at a row's start)
         self.buffers = [allocator.aligned_bytes(nbytes) for nbytes in plan.slot_bytes]
-        self.tensors = {v: _wrap(self.buffers[slot][:v.type.dtype.itemsize * _numel(v)]
+        self.tensors = {v: _wrap(self.buffers[slot][(at := plan.offsets.get(v, 0)):
+                                                    at + v.type.dtype.itemsize * _numel(v)]
                                  .view(v.type.dtype.np).reshape(v.type.shape), v)
                         for v, slot in plan.slots.items()}
         self.args = {s: s.bind(self) for s in steps if isinstance(s, KernelStep)}
@@ -725,12 +733,62 @@ def _step_reads(steps):
     return [step.reads() for step in steps]
 
 
+def _reader_counts(reads):
+    """{value: how many times the steps read it}, from each step's reads (`_step_reads`)."""
+    readers = {}
+    for read in reads:
+        for v in read:
+            readers[v] = readers.get(v, 0) + 1
+    return readers
+
+
+def fold_pieces_into_stacks(graph, steps, layouts):
+    """(``steps`` without the host ``stack`` steps (`_host_stack`) whose pieces are all written straight into the
+    stack's result, {piece: (the stack's result, the piece's index)}). Taken where the stack's result is compact
+    and its pieces are whole runs of it (every dim before the stacked one of size 1) and lives in the arena (no
+    view's, not leaving the call, of no kept layout), for each piece that the stack alone reads, once, and that
+    is a compact output of a CPU kernel step (no split reduction) or the result of a stack so taken (the
+    gradient of two unbinds: a stack of stacks), which then lies inside this one. A stack with other pieces too
+    (an add's gradient passed through: a view) keeps its step, which copies only those (``placed`` names the
+    others). A convolution's Winograd transforms stack nine pieces each way and back (`nn.functional._f22_tiles`).
+    The same bits: each element is written by the same kernel, only at another address."""
+    candidates = [step for step in steps if type(step) is EagerStep and len(step.nodes) == 1
+                  and step.nodes[0].op.name == "stack" and not step.pieces and not step.producers]
+    if not candidates:  # (no asking of every step's reads: tests/jit/test_latency56.py)
+        return steps, {}
+    reads = _step_reads(steps)
+    root, last_use, escaping = lifetimes(graph, steps, reads)
+    readers = _reader_counts(reads)
+    made = {v: step for step in steps if type(step) is KernelStep and step.kernel.source.split is None
+            for v in step.outputs}
+    stacked, dropped, folded = {}, set(), set()
+    for step in candidates:
+        (node,) = step.nodes
+        out = node.outputs[0]
+        dim = node.args[1] if len(node.args) > 1 else 0
+        if not _host_stack(node) or out in escaping or out in layouts or out in root or last_use.get(out) is None \
+                or prod(out.type.shape[:dim % len(out.type.shape)]) != 1:
+            continue
+        placed = {v for v in node.args[0] if (v in made or v in folded) and readers.get(v) == 1
+                  and v not in escaping and v not in layouts and v not in root}
+        if placed:
+            stacked.update((v, (out, i)) for i, v in enumerate(node.args[0]) if v in placed)
+            folded.add(out)
+            if placed.issuperset(node.args[0]):
+                dropped.add(step)
+            else:
+                step.placed = placed
+    return [step for step in steps if step not in dropped], stacked
+
+
 class Plan:
     """Where each value of a compiled graph lives; see the module docstring."""
 
-    def __init__(self, graph, steps, layouts):
+    def __init__(self, graph, steps, layouts, stacked=None):
         self.slots = {}          # value -> arena slot
         self.slot_bytes = []     # per slot: its size
+        self.offsets = {}        # a stack's piece (`fold_pieces_into_stacks`) -> its byte offset in the stack's slot
+        stacked = stacked or {}
         self.inplace = {}        # mutated value -> the input or constant value whose memory it reuses
         reads = _step_reads(steps)
         root, last_use, escaping = lifetimes(graph, steps, reads)
@@ -768,15 +826,14 @@ class Plan:
                 ends[j].remove(taken)
                 free.setdefault(self.slot_bytes[self.slots[taken]], []).append(self.slots[taken])
             for v in step.writes():
+                if v in stacked:  # (the outermost stack's buffer lives from its first piece's step)
+                    self._place_in_stack(v, stacked, free, ends, last_use)
+                    continue
+                if v in self.slots:  # (a stack, some of whose pieces were placed in it: `_place_in_stack`)
+                    continue
                 if (v in arena_candidates and root.get(v, v) is v and v not in escaping and v not in self.inplace
                         and v not in inputs and v not in layouts and last_use.get(v) is not None):
-                    nbytes = _numel(v) * v.type.dtype.itemsize
-                    pool = free.get(nbytes)
-                    slot = pool.pop() if pool else None
-                    if slot is None:
-                        slot = len(self.slot_bytes)
-                        self.slot_bytes.append(nbytes)
-                    self.slots[v] = slot
+                    self.slots[v] = self._slot(_numel(v) * v.type.dtype.itemsize, free)
                     ends.setdefault(last_use[v], []).append(v)
             for v in ends.pop(j, []):
                 slot = self.slots[v]
@@ -809,6 +866,28 @@ class Plan:
                     step.fresh_outputs = [(i + 1, v, strides) for i, v, strides in step.fresh_outputs]
                 step.inplace_outputs = [(i, v, self.inplace[v]) for i, v in enumerate(args)
                                         if i >= len(step.inputs) and v in self.inplace]
+
+    def _place_in_stack(self, v, stacked, free, ends, last_use):
+        """Gives ``v`` and the stacks holding it (`fold_pieces_into_stacks`) their slot and offsets: the outermost
+        stack's slot, taken now (freed after its last reader) where it has none yet."""
+        if v in self.slots:
+            return
+        if v not in stacked:
+            self.slots[v] = self._slot(_numel(v) * v.type.dtype.itemsize, free)
+            ends.setdefault(last_use[v], []).append(v)
+            return
+        out, i = stacked[v]
+        self._place_in_stack(out, stacked, free, ends, last_use)
+        self.slots[v] = self.slots[out]
+        self.offsets[v] = self.offsets.get(out, 0) + i * _numel(v) * v.type.dtype.itemsize
+
+    def _slot(self, nbytes, free):
+        """A slot of ``nbytes``: a freed one of that size (from ``free``, {size: [slots]}), else a new one."""
+        pool = free.get(nbytes)
+        if pool:
+            return pool.pop()
+        self.slot_bytes.append(nbytes)
+        return len(self.slot_bytes) - 1
 
     def _fresh_result(self, v, root, inputs, layouts, step):
         """Whether a product's result that leaves the call may be written by `_WRITERS_INTO`'s writer into new
@@ -1217,10 +1296,7 @@ def fold_copies_into_cats(graph, steps, layouts):
     copy's dtype."""
     reads = _step_reads(steps)
     _, _, escaping = lifetimes(graph, steps, reads)
-    readers = {}
-    for read in reads:
-        for v in read:
-            readers[v] = readers.get(v, 0) + 1
+    readers = _reader_counts(reads)
     copies = {}  # value -> (its copy kernel's step, (source, geometry))
     for step in steps:
         if type(step) is KernelStep and step.group.kind == "view" and step.kernel.source.split is None:
@@ -1356,8 +1432,11 @@ class CompiledGraph:
             self.steps = interop.pair_products(self.steps, _product_work, _movable,
                                                lambda a, b: ProductPair(a.nodes + b.nodes, "product pair"),
                                                SPLIT_MIN_WORK)
+        stacked = {}
+        if self._backend[2] is KernelStep:
+            self.steps, stacked = fold_pieces_into_stacks(self.graph, self.steps, self.layouts)
         self.steps = checks_early(self.steps)
-        self.plan = Plan(self.graph, self.steps, self.layouts)
+        self.plan = Plan(self.graph, self.steps, self.layouts, stacked)
         self._checked = self._unvouched_layouts()
         self._build_inplace_kernels()
         self._arenas = []

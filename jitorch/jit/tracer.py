@@ -137,6 +137,7 @@ class Tracer:
         self.python_guards: list = []  # see jitorch.compiler.guard
         self.refreshers: list = []     # see jitorch.compiler.dynamic_scalar
         self.refreshed = False         # whether the graph's caller runs the refreshers (see trace_with_inputs)
+        self.reruns_eagerly = False    # whether the graph's caller reruns eagerly on `EagerRerun` (trace_with_inputs)
         self.made: dict = {}           # id -> tensor the traced code made from Python data (new at each call)
         self.values_guarded: set = set()  # ids of captured tensors whose values Python read: guarded
         self.reshaped: dict = {}  # id -> (captured tensor, its geometry before an in-place view op changed it)
@@ -1097,13 +1098,16 @@ def trace(fn, *args, **kwargs):
 
 
 @collector_paused()
-def trace_with_inputs(fn, args, kwargs, refreshed=False):
+def trace_with_inputs(fn, args, kwargs, refreshed=False, reruns_eagerly=False):
     """(graph, flat list of the real input tensors in graph-input order). ``refreshed``: the caller runs the
     graph's refreshers before each call (`jitorch.compile` does; an export or `trace` keeps the captured values
     as they are now), so library code may hand the graph numbers set per call instead of ops
-    (`jitorch.compiler.scalars_refreshed`)."""
+    (`jitorch.compiler.scalars_refreshed`). ``reruns_eagerly``: the caller runs the function eagerly instead where
+    a call of the graph raises `ops.value_checks.EagerRerun` (`jitorch.compile`'s forward graphs do), so library
+    code may take a form that covers fewer values (`jitorch.compiler.reruns_eagerly`)."""
     tracer = Tracer(fn)
     tracer.refreshed = refreshed
+    tracer.reruns_eagerly = reruns_eagerly
     leaves, spec = tree_flatten((args, kwargs))
     names = input_names(fn, args, kwargs)
     if len(names) != len(leaves):

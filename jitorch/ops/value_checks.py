@@ -42,6 +42,19 @@ def _first(array, bad):
     return array[bad].reshape(-1)[0].item()
 
 
+class EagerRerun(RuntimeError):
+    """A compiled call met values its graph's form is not exact for (rule "finite_else_eager": a non-finite value in
+    a Winograd convolution, whose transforms make NaN of infinities the direct sum keeps). Its check raises before
+    the call writes an output or an input in place, and `jitorch.compile` runs the function eagerly instead."""
+
+
+def _finite_else_eager(total):
+    # (``total``: the sum of the values checked, finite exactly when they all are, or where a sum of finite ones
+    # overflows, which costs an eager call and gives the same values)
+    if not np.isfinite(total).all():
+        raise EagerRerun("a Winograd convolution met an infinity or NaN: the call runs eagerly, by direct sums")
+
+
 def _probabilities(x):
     # (NaN is outside [0, 1] too, as in torch's check)
     if x.size and not ((x >= 0) & (x <= 1)).all():
@@ -113,6 +126,7 @@ RULES = {
     "unpool_indices": _unpool_indices,
     "bag_indices": _bag_indices,
     "indices_in_range": _indices_in_range,
+    "finite_else_eager": _finite_else_eager,
 }
 
 

@@ -28,8 +28,11 @@ def test_stack_of_norms_writes_into_its_arena_buffer_bit_for_bit():
     a, b = jt.randn(5, 7, generator=g), jt.randn(128, generator=g)
     c = jt.tensor([-0.0, -0.0])
     ex = executable(norms, a, b, c)
-    ((step, node),) = stack_steps(ex)
-    assert step.into_arena == {node.outputs[0]} and node.outputs[0] in ex.plan.slots
+    # (session 56: the kernels computing the norms write them into the stack's buffer, which no step then fills:
+    # `executor.fold_pieces_into_stacks`)
+    (node,) = [n for n in ex.graph.nodes if n.op.name == "stack"]
+    assert not stack_steps(ex) and node.outputs[0] in ex.plan.slots
+    assert all(ex.plan.slots[v] == ex.plan.slots[node.outputs[0]] for v in node.args[0])
     compiled = jt.compile(norms)
     for _ in range(2):  # (the second call reuses the arena)
         out = compiled(a, b, c)
@@ -57,8 +60,11 @@ def test_stack_along_an_inner_dim_and_of_matrices_equals_eager_and_torch():
     tx, ty = torch.from_numpy(x.numpy()), torch.from_numpy(y.numpy())
     for dim in (0, -1):
         ex = executable(lambda x, y: f(x, y, dim), x, y)
-        ((step, node),) = stack_steps(ex)
-        assert node.outputs[0] in step.into_arena
+        if dim == 0:  # (session 56: its pieces' kernel writes them into it: `executor.fold_pieces_into_stacks`)
+            assert not stack_steps(ex) and len(ex.plan.offsets) == 3
+        else:
+            ((step, node),) = stack_steps(ex)
+            assert node.outputs[0] in step.into_arena
         out = jt.compile(lambda x, y: f(x, y, dim))(x, y)
         np.testing.assert_array_equal(out.numpy(), f(x, y, dim).numpy())
         expected = torch.stack([tx.exp(), ty * 2, tx + ty], dim).relu().sum(0)
