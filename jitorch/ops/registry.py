@@ -644,13 +644,16 @@ def call(op, args, out=None, recorded=False):
             with _grad_mode.no_grad():
                 result = op.composite(*args)
             result = AUTOGRAD.record(op, args, result)
-        elif out is not None and _AUTOCAST_STATE.key is not None:
+        elif out is not None and _AUTOCAST_STATE.key is not None and _out_functional(op, args) is None:
             # torch's out= form of a composite runs the out= forms of its ops, which autocast leaves alone
             # (``hstack([bf16, f64], out=f64)`` under float16 autocast: cat_out, not cat's prioritize error)
             with _autocast_excluded():
                 result = op.composite(*args)
         else:
             result = op.composite(*args)
+        if out is not None and _out_functional(op, args) is not None and out.dtype is not result.dtype:
+            raise RuntimeError(f"{_out_functional(op, args)}: Expected the output tensor to have dtype "
+                               f"{scalar_name(result.dtype)}, but got an output tensor with dtype {scalar_name(out.dtype)}")
         return result if out is None else write_out(op, out, out_grad(op, args, out, result), args)
     for hook in DISPATCH_HOOKS:
         r = hook.call(op, args, out)
@@ -814,6 +817,14 @@ def _out_copies(op, args):
     quantile; ``out_copies(args)``), so that copy_'s autograd serves it rather than the out= guard."""
     copies = op.attrs.get("out_copies")
     return copies is not None and copies(args)
+
+
+def _out_functional(op, args):
+    """The name torch's out= form of a composite ``op`` gives in its error where it computes the plain call's result
+    (autocast included) and copies it into an out of that dtype only, refusing another (tensordot's, and inner's of
+    two tensors of one dim or more: ``out_functional(args)``); else None."""
+    name = op.attrs.get("out_functional")
+    return None if name is None else name(args)
 
 
 def _out_guard_name(op, args):
