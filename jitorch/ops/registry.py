@@ -1036,9 +1036,13 @@ def expanded_write(op, self):
     """How ``op`` writes in place into ``self`` where self is expanded (`_expanded`): None where torch refuses
     (every op but the few below), else the op's ``expanded_write`` declaration. torch lets ``fill_`` and
     ``zero_`` write through an expanded tensor, and lets index_put_ (so ``x[indices] = v``), masked_fill_ and
-    index_fill_ do so with a deprecation warning (fuzz seed 7202545: a write through an expanded meshgrid output)."""
+    index_fill_ do so with a deprecation warning (fuzz seed 7202545: a write through an expanded meshgrid output);
+    an op's ``expanded_write_if(self)`` narrows its declaration to some targets (nan_to_num_'s integers)."""
     declared = op.expanded_write
-    return declared if declared is not None and _expanded(self) else None
+    if declared is None or not _expanded(self):
+        return None
+    narrowed = op.attrs.get("expanded_write_if")
+    return declared if narrowed is None or narrowed(self) else None
 
 
 def write_inplace(op, self, args, result):
@@ -1047,8 +1051,8 @@ def write_inplace(op, self, args, result):
     ``b`` (self's values as a writeable NumPy view over a copy of its distinct memory) in order, so that the
     last element written to a memory location holds it, as torch's serial CPU loop leaves it; each element of
     self is then written with the value its memory location ends with, all alike."""
-    write = op.expanded_write
-    if write is None or not _expanded(self):
+    write = expanded_write(op, self)
+    if write is None:
         self._write(result)
         return
     warned = op.attrs.get("expanded_warning")
@@ -1094,7 +1098,7 @@ def _unbroadcast_message(target, shape):
 def check_inplace(op, self, spec):
     """An in-place or out= result must keep the target's shape and castable dtype; an expanded target only
     for the few ops torch writes through one (`expanded_write`)."""
-    if op.expanded_write is None or not _expanded(self):
+    if expanded_write(op, self) is None:
         check_no_internal_overlap(self)
     if spec.shape != self.shape:
         raise RuntimeError(_unbroadcast_message(self, spec.shape))
