@@ -171,9 +171,13 @@ class SkippedChecks(TorchFunctionMode):
     runs hold `OldValues`, `Float64Bessel` and `ComputedThrough`), made before the call: ``quantile`` and
     ``nanquantile`` of a tensor ``q`` outside [0, 1] raise torch's error. Under a mode torch clamps a negative ``q``
     and gives a value (fuzz seed 5600577 of ``--edges 0.4 --out-views 0.4 --regions 0.2``: ``v1.nanquantile(v8, 0)``
-    of a 0-d ``v8`` of -1.76, which jitorch refuses as torch does without a mode)."""
+    of a 0-d ``v8`` of -1.76, which jitorch refuses as torch does without a mode). Also one check torch's kernel
+    skips in one form: ``max``/``min`` of every element of an empty tensor with ``out=`` raise the plain call's error,
+    where torch 2.13's ``max.unary_out`` returns the reduction's identity, -inf for a float (fuzz seed 5702180 of the
+    same flags: ``T.max(v3, out=v12)`` of an empty ``v3``; docs/differences-from-torch.md)."""
 
     QUANTILES = {torch.quantile, torch.nanquantile, torch.Tensor.quantile, torch.Tensor.nanquantile}
+    EXTREMES = {torch.max: "max", torch.min: "min"}
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -181,6 +185,9 @@ class SkippedChecks(TorchFunctionMode):
             q = args[1] if len(args) > 1 else kwargs.get("q")
             if isinstance(q, torch.Tensor) and q.device.type == "cpu" and not bool(((q >= 0) & (q <= 1)).all()):
                 raise RuntimeError("quantile() q values must be in the range [0, 1]")
+        if func in self.EXTREMES and len(args) == 1 and set(kwargs) == {"out"} and args[0].numel() == 0:
+            raise RuntimeError(f"{self.EXTREMES[func]}(): Expected reduction dim to be specified for input.numel() == 0. "
+                               "Specify the reduction dim with the 'dim' argument.")
         return func(*args, **kwargs)
 
 

@@ -8,7 +8,7 @@ import torch
 
 import jitorch
 from tests.fuzz.generator import TORCH_WRITES_THROUGH_OVERLAP, generate, probe
-from tests.fuzz.oracle import check
+from tests.fuzz.oracle import SkippedChecks, check
 
 EAGER_MODES = ("torch", "eager")
 
@@ -60,4 +60,25 @@ def test_fuzzer_writes_no_expanded_input_with_a_product_torch_writes_through_see
         assert [g.writable_by(entries[name], env[x]) for x in ("x0", "x1", "x2")] == [True, False, False]
     assert all(g.writable_by(entries["add"], env[x]) for x in ("x0", "x1", "x2"))
     assert not any("baddbmm" in line for s in program.body for line in s.lines)
+    assert check(program, EAGER_MODES).mismatches == []
+
+
+def test_torch_runs_refuse_max_of_an_empty_tensor_into_out_as_the_plain_call_seed_5702180():
+    """Fuzz seed 5702180: ``T.max(v3, out=v12)`` of a ``v3`` empty in the second call (a masked selection of an
+    expanded input); torch 2.13's ``max.unary_out`` skips the empty check and wrote -inf, where jitorch raises the
+    plain call's error, as torch's ``amax`` with ``out=`` does (docs/differences-from-torch.md). The oracle's torch
+    runs raise there (`oracle.SkippedChecks`)."""
+    message = "Expected reduction dim to be specified for input.numel\\(\\) == 0"
+    assert torch.max(torch.zeros(0), out=torch.zeros(0)).item() == float("-inf")
+    with SkippedChecks():
+        for f, name in ((torch.max, "max"), (torch.min, "min")):
+            with pytest.raises(RuntimeError, match=f"{name}\\(\\): {message}"):
+                f(torch.zeros(0, 3), out=torch.zeros(0))
+            assert f(torch.tensor([2.0, -1.0]), out=torch.zeros(0)).item() == (2.0 if name == "max" else -1.0)
+        assert torch.max(torch.zeros(0, 3), 1).values.shape == (0,)
+    for f in (jitorch.max, jitorch.min):
+        with pytest.raises(RuntimeError, match=message):
+            f(jitorch.zeros(0, 3), out=jitorch.zeros(0))
+    program, _ = _session56_program(5702180)
+    assert "T.max(" in "".join(line for s in program.body for line in s.lines)
     assert check(program, EAGER_MODES).mismatches == []
