@@ -653,7 +653,8 @@ def call(op, args, out=None, recorded=False):
             result = op.composite(*args)
         if out is not None and _out_functional(op, args) is not None and out.dtype is not result.dtype:
             raise RuntimeError(f"{_out_functional(op, args)}: Expected the output tensor to have dtype "
-                               f"{scalar_name(result.dtype)}, but got an output tensor with dtype {scalar_name(out.dtype)}")
+                               f"{scalar_name(result.dtype)}, but got an output tensor with dtype "
+                               f"{scalar_name(out.dtype)}")
         return result if out is None else write_out(op, out, out_grad(op, args, out, result), args)
     for hook in DISPATCH_HOOKS:
         r = hook.call(op, args, out)

@@ -541,7 +541,8 @@ class Generator:
             return None
         primary = None
         if needs_self:
-            primary = self.pick(tensors, (lambda v: self.writable_by(entry, v)) if form == "inplace" else lambda v: True)
+            writable = (lambda v: self.writable_by(entry, v)) if form == "inplace" else (lambda v: True)
+            primary = self.pick(tensors, writable)
             if primary is None:
                 return None
         elif tensors:

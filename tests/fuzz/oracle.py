@@ -186,8 +186,8 @@ class SkippedChecks(TorchFunctionMode):
             if isinstance(q, torch.Tensor) and q.device.type == "cpu" and not bool(((q >= 0) & (q <= 1)).all()):
                 raise RuntimeError("quantile() q values must be in the range [0, 1]")
         if func in self.EXTREMES and len(args) == 1 and set(kwargs) == {"out"} and args[0].numel() == 0:
-            raise RuntimeError(f"{self.EXTREMES[func]}(): Expected reduction dim to be specified for input.numel() == 0. "
-                               "Specify the reduction dim with the 'dim' argument.")
+            raise RuntimeError(f"{self.EXTREMES[func]}(): Expected reduction dim to be specified for input.numel() "
+                               "== 0. Specify the reduction dim with the 'dim' argument.")
         return func(*args, **kwargs)
 
 
