@@ -34,3 +34,23 @@ def test_nan_to_num_in_place_of_an_expanded_integer_tensor_is_torchs_unchecked_c
         outcomes.append((result.tolist(), x._version - before))
     want = "refused" if dtype == "float32" else ([[1, 1, 1], [1, 1, 1]], 1)
     assert outcomes == [want] * 3
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16", "int64"])
+def test_histogram_of_an_empty_half_type_input_runs_no_kernel_as_torchs_seed_5730044(dtype):
+    """Fuzz seed 5730044 of ``--export --edges 0.4``: ``v2.histogram(1, weight=v1)`` of an empty bfloat16 ``v2``
+    raised '"histogramdd" not implemented for 'BFloat16''; torch dispatches no kernel for an empty half-type input
+    (its bins over [0, 1], no counts), and refuses an integer one as a non-empty half-type one."""
+    outcomes = []
+    for T in (torch, jitorch):
+        x = T.zeros(0, dtype=getattr(T, dtype))
+        try:
+            hist, edges = T.histogram(x, 3, weight=x)
+            outcomes.append((hist.tolist(), edges.double().tolist()))
+        except NotImplementedError as e:
+            outcomes.append(str(e))
+        if dtype != "int64":
+            with pytest.raises(NotImplementedError, match="not implemented for"):
+                T.histogram(T.ones(2, dtype=x.dtype), 3)
+    assert outcomes[0] == outcomes[1]
+    assert isinstance(outcomes[0], str) == (dtype == "int64")
