@@ -8,7 +8,7 @@ import torch
 
 import jitorch
 from tests.fuzz.generator import TORCH_WRITES_THROUGH_OVERLAP, generate, probe
-from tests.fuzz.oracle import SkippedChecks, check
+from tests.fuzz.oracle import EXPORTED, SkippedChecks, check
 
 EAGER_MODES = ("torch", "eager")
 
@@ -82,3 +82,16 @@ def test_torch_runs_refuse_max_of_an_empty_tensor_into_out_as_the_plain_call_see
     program, _ = _session56_program(5702180)
     assert "T.max(" in "".join(line for s in program.body for line in s.lines)
     assert check(program, EAGER_MODES).mismatches == []
+
+
+def test_an_export_on_a_layout_where_contiguous_views_its_input_is_compared_on_that_layout_seed_5730032():
+    """Fuzz seed 5730032 of ``--export --edges 0.4``: ``v0 = x0.contiguous()`` (the input itself on the example's
+    offset layout, a copy on the second call's strided one), ``x0[::3] = 2.0``, ``T.mul(v0, x0, out=x0)``: the
+    exported program, fixed on its example, squares the written x0 where eager multiplies the old copy by it
+    (docs/differences-from-torch.md). The oracle compares that call's outputs of either kind and inputs only where
+    they do not follow the choice; the other calls in full."""
+    program, _ = generate(5730032, 14, edges=0.4)
+    assert "x0.contiguous()" in "".join(line for s in program.body for line in s.lines)
+    assert program.layouts == (("offset",), ("strided",))
+    outcome = check(program, ("eager", EXPORTED))
+    assert outcome.exported and outcome.mismatches == []
