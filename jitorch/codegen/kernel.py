@@ -842,9 +842,9 @@ def build_reduction(group, name, target=None, aliases=None, layouts=None):
     elif merge is not None:
         bld = _Builder(group, name, target, aliases, layouts)
     prologue = reduction_sides(reds, bld.group.nodes)[0] & set(bld.computed)
-    # (an input-side node may read a value the epilogue reads too, which the loop evaluates again from its leaves:
+    # (an input-side output may read a value the epilogue reads too, which the loop evaluates again from its leaves:
     # ``x1 + exp(x0)`` beside ``x1.sum(0) + exp(x0)``, fuzz seed 5710675 of ``--edges 0.4``)
-    inside = prologue | row_nodes | set(reds) | _upstream(prologue, bld)
+    inside = prologue | row_nodes | set(reds) | _upstream([o.node for o in group.outputs if o.node in prologue], bld)
     inner_leaves = bld.with_indices([v for v in bld.geometry if any(v in list(_args(n)) for n in inside)])
     if not red.op.pieces["lowering"].indexed:  # (an indexed reduction's index is row-major over them)
         reduced = _memory_order([bld.geometry[v] for v in inner_leaves], in_shape, reduced)
