@@ -1118,11 +1118,16 @@ def _tensordot(a, b, dims):
     k = prod(a.shape[d] for d in da)
     left = a.permute(keep_a + da).reshape(prod(a.shape[d] for d in keep_a), k)
     right = b.permute(db + keep_b).reshape(k, prod(b.shape[d] for d in keep_b))
-    return left.mm(right).reshape([a.shape[d] for d in keep_a] + [b.shape[d] for d in keep_b])
+    shape = [a.shape[d] for d in keep_a] + [b.shape[d] for d in keep_b]
+    if left.shape[0] == 1 and right.shape[1] == 1:
+        # torch's product of one element is a dot, which CPU autocast leaves in the inputs' dtype, where mm's is cast
+        return left.reshape(-1).dot(right.reshape(-1)).reshape(shape)
+    return left.mm(right).reshape(shape)
 
 
 defop("tensordot(Tensor a, Tensor b, Any dims=2) -> Tensor", composite=_tensordot, variants=("function", "out"),
       out_copies=lambda args: True,  # (torch's out= form: the result copy_-ed)
+      out_functional=lambda args: "tensordot",
       out_resize_error="tensordot(): the 'out' tensor was specified and requires gradients, and its shape does not "
                        "match the expected result. Either remove the 'out' argument, ensure it does not require "
                        "gradients, or make sure its shape matches the expected output.",
@@ -1143,6 +1148,7 @@ def _inner(a, b):
 # its power 0 or 1 copy_-ed
 defop("inner(Tensor self, Tensor other) -> Tensor", composite=_inner, variants=("function", "method", "out"),
       out_copies=lambda args: args[0].ndim > 0 and args[1].ndim > 0, out_guard_name=lambda args: "mul",
+      out_functional=lambda args: "tensordot" if args[0].ndim > 0 and args[1].ndim > 0 else None,
       doc="Sum of products over the last dims (a product with a 0-d tensor when one is 0-d).")
 
 

@@ -1082,6 +1082,9 @@ def _nan_to_num(x, nan, posinf, neginf):
 
 defpointwise("nan_to_num(Tensor self, float? nan=0.0, float? posinf=None, float? neginf=None) -> Tensor",
              _nan_to_num, DEFAULT, uncast=("self",),
+             # torch's nan_to_num_ of integers or bools copies self into itself, which checks no overlap: it writes
+             # through an expanded self (its values unchanged; fuzz seed 5701641, ``x0.nan_to_num_(0.5, 1.0)``)
+             expanded_write=registry.write_all, expanded_write_if=lambda t: not t.dtype.is_floating_point,
              doc="NaN, +inf and -inf replaced by ``nan``, ``posinf`` and ``neginf`` (by default 0 and the dtype's "
                  "largest and lowest finite values), each converted to the dtype; integers are unchanged.")
 

@@ -644,13 +644,17 @@ def call(op, args, out=None, recorded=False):
             with _grad_mode.no_grad():
                 result = op.composite(*args)
             result = AUTOGRAD.record(op, args, result)
-        elif out is not None and _AUTOCAST_STATE.key is not None:
+        elif out is not None and _AUTOCAST_STATE.key is not None and _out_functional(op, args) is None:
             # torch's out= form of a composite runs the out= forms of its ops, which autocast leaves alone
             # (``hstack([bf16, f64], out=f64)`` under float16 autocast: cat_out, not cat's prioritize error)
             with _autocast_excluded():
                 result = op.composite(*args)
         else:
             result = op.composite(*args)
+        if out is not None and _out_functional(op, args) is not None and out.dtype is not result.dtype:
+            raise RuntimeError(f"{_out_functional(op, args)}: Expected the output tensor to have dtype "
+                               f"{scalar_name(result.dtype)}, but got an output tensor with dtype "
+                               f"{scalar_name(out.dtype)}")
         return result if out is None else write_out(op, out, out_grad(op, args, out, result), args)
     for hook in DISPATCH_HOOKS:
         r = hook.call(op, args, out)
@@ -814,6 +818,14 @@ def _out_copies(op, args):
     quantile; ``out_copies(args)``), so that copy_'s autograd serves it rather than the out= guard."""
     copies = op.attrs.get("out_copies")
     return copies is not None and copies(args)
+
+
+def _out_functional(op, args):
+    """The name torch's out= form of a composite ``op`` gives in its error where it computes the plain call's result
+    (autocast included) and copies it into an out of that dtype only, refusing another (tensordot's, and inner's of
+    two tensors of one dim or more: ``out_functional(args)``); else None."""
+    name = op.attrs.get("out_functional")
+    return None if name is None else name(args)
 
 
 def _out_guard_name(op, args):
@@ -1025,9 +1037,13 @@ def expanded_write(op, self):
     """How ``op`` writes in place into ``self`` where self is expanded (`_expanded`): None where torch refuses
     (every op but the few below), else the op's ``expanded_write`` declaration. torch lets ``fill_`` and
     ``zero_`` write through an expanded tensor, and lets index_put_ (so ``x[indices] = v``), masked_fill_ and
-    index_fill_ do so with a deprecation warning (fuzz seed 7202545: a write through an expanded meshgrid output)."""
+    index_fill_ do so with a deprecation warning (fuzz seed 7202545: a write through an expanded meshgrid output);
+    an op's ``expanded_write_if(self)`` narrows its declaration to some targets (nan_to_num_'s integers)."""
     declared = op.expanded_write
-    return declared if declared is not None and _expanded(self) else None
+    if declared is None or not _expanded(self):
+        return None
+    narrowed = op.attrs.get("expanded_write_if")
+    return declared if narrowed is None or narrowed(self) else None
 
 
 def write_inplace(op, self, args, result):
@@ -1036,8 +1052,8 @@ def write_inplace(op, self, args, result):
     ``b`` (self's values as a writeable NumPy view over a copy of its distinct memory) in order, so that the
     last element written to a memory location holds it, as torch's serial CPU loop leaves it; each element of
     self is then written with the value its memory location ends with, all alike."""
-    write = op.expanded_write
-    if write is None or not _expanded(self):
+    write = expanded_write(op, self)
+    if write is None:
         self._write(result)
         return
     warned = op.attrs.get("expanded_warning")
@@ -1083,7 +1099,7 @@ def _unbroadcast_message(target, shape):
 def check_inplace(op, self, spec):
     """An in-place or out= result must keep the target's shape and castable dtype; an expanded target only
     for the few ops torch writes through one (`expanded_write`)."""
-    if op.expanded_write is None or not _expanded(self):
+    if expanded_write(op, self) is None:
         check_no_internal_overlap(self)
     if spec.shape != self.shape:
         raise RuntimeError(_unbroadcast_message(self, spec.shape))

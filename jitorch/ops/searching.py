@@ -366,7 +366,10 @@ defop("histc(Tensor self, int bins=100, Scalar min=0, Scalar max=0) -> Tensor", 
 def kernel_dtype(x, kernel="histogramdd", dtypes=(_dt.float32, _dt.float64)):
     """torch's error for a histogram's input of a dtype its CPU kernel ``kernel`` lacks (given edges, torch's
     histogram_cpu takes the half types too: fuzz seed 7300360), which torch dispatches on after its checks of the
-    arguments."""
+    arguments. For an empty input it runs no such kernel, only histogram_cpu's, which takes the half types (fuzz seed
+    5730044 of ``--export --edges 0.4``: ``histogram(v, 1, weight=v)`` of an empty bfloat16 ``v`` gave one empty bin)."""
+    if x.numel() == 0:
+        kernel, dtypes = "histogram_cpu", _HALVES_TOO
     if x.dtype not in dtypes:
         raise NotImplementedError(f"\"{kernel}\" not implemented for '{scalar_name(x.dtype)}'")
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 
 from ..runtime import dtypes as _dt
+from ..runtime.autocast_mode import excluded
 from . import functions
 from .creation import OPTIONS
 from .registry import defop
@@ -26,7 +27,10 @@ def _window(name, shape):
             result = functions.ones((length,), dtype=dtype, device=device)
         else:
             n = length + 1 if periodic else length
-            result = shape(n, functions.arange(n, dtype=dtype, device=device), *params)
+            # (torch's window kernels call native functions, which autocast does not see: bartlett_window's cat of a
+            # float16 window under bfloat16 autocast raised cat's prioritize error, fuzz seed 5740765)
+            with excluded():
+                result = shape(n, functions.arange(n, dtype=dtype, device=device), *params)
             result = result[:length] if periodic else result
         return result._require_grad(True, "factory") if requires_grad else result
     return composite

@@ -62,6 +62,14 @@ TORCH_WRONG_ON_EXPANDED = {"median", "nanmedian"}
 # strides (18, 1, 6, 3): torch left 3.0 where the triangle holds 0; docs/differences-from-torch.md). Their ``out=``
 # calls of four or more dims write only a new compact buffer (whichever layout a variable has in a call).
 TORCH_WRONG_INTO_BATCHES = {"triu", "tril"}
+# Ops whose torch in-place and ``out=`` forms write through a result tensor whose elements share memory (an expanded
+# input) on some of their kernel's paths, the values then depending on the order of the writes: torch 2.13's
+# ``baddbmm_``, ``bmm``/``matmul``'s ``out=`` of three dims in its naive kernel (under 400 multiply-adds, and bfloat16
+# at any size), ``addmv_``/``mv``'s ``out=`` at any size; its BLAS paths and ``addmm_``/``mm`` refuse the overlap.
+# jitorch refuses it on every path (fuzz seed 5642397 of ``--edges 0.4 --out-views 0.4 --regions 0.2``:
+# ``x2.baddbmm_(...)`` of an expanded input, torch wrote it; docs/differences-from-torch.md). They write no input laid
+# out expanded in a call, nor a view of one.
+TORCH_WRITES_THROUGH_OVERLAP = {"baddbmm", "bmm", "matmul", "addmv", "mv"}
 # torch's warning of a variance or standard deviation without degrees of freedom (a correction of the reduced count
 # or more): the squared deviations' sum divided by 0, inf or NaN, where torch's answer for equal values depends on its
 # kernel: its Welford update over a dim sums exact zeros (NaN), its two passes over every element, as jitorch's,
@@ -289,7 +297,7 @@ class Generator:
         # an inexact write into one of these is refused (`_breaks_exact_reads`).
         self.exact_read: set = set()
         self.reading_exact: set = set()
-        self.expanded_inputs = False  # whether an input is laid out expanded in a call (`declarations`)
+        self.expanded_inputs: set = set()  # the inputs laid out expanded in a call (`declarations`)
 
     # Declarations ------------------------------------------------------------------------------
 
@@ -340,7 +348,7 @@ class Generator:
             scalars.append(ScalarDecl(name, where, first, second))
         choices = LAYOUTS + EDGE_LAYOUTS if self.edges else LAYOUTS
         layouts = tuple(tuple(r.choice(choices) for _ in inputs) for _ in range(2))
-        self.expanded_inputs = any("expanded" in call for call in layouts)
+        self.expanded_inputs = {t.name for i, t in enumerate(inputs) if any(call[i] == "expanded" for call in layouts)}
         return inputs, tuple(captured), tuple(scalars), layouts
 
     # The program -----------------------------------------------------------------------------------
@@ -533,7 +541,8 @@ class Generator:
             return None
         primary = None
         if needs_self:
-            primary = self.pick(tensors, (lambda v: v.facts.writable) if form == "inplace" else (lambda v: True))
+            writable = (lambda v: self.writable_by(entry, v)) if form == "inplace" else (lambda v: True)
+            primary = self.pick(tensors, writable)
             if primary is None:
                 return None
         elif tensors:
@@ -619,6 +628,11 @@ class Generator:
             facts.writable = False
         return Stmt((f"{name} = {expr}",), (name,), tag), {name: facts}
 
+    def writable_by(self, entry, v):
+        """Whether ``entry``'s in-place or ``out=`` call may write ``v`` (`TORCH_WRITES_THROUGH_OVERLAP`)."""
+        return v.facts.writable and not (entry.name in TORCH_WRITES_THROUGH_OVERLAP
+                                         and v.facts.group in self.expanded_inputs)
+
     def out_form(self, env, entry, text, name, exact, marker=""):
         """``T.op(..., out=buffer)``: mostly into a buffer of the result's shape and dtype; else into an
         empty one, which the call resizes, or one of another dtype, which it casts into. Its tag ends in the call's
@@ -652,7 +666,7 @@ class Generator:
         call = f"T.{entry.call}({text}, out={{}})"
         if kind == "variable":
             target = self.pick([v for v in env.values() if v.is_tensor],
-                               lambda v: v.facts.writable and v.shape == shape)
+                               lambda v: self.writable_by(entry, v) and v.shape == shape)
             if target is None:
                 return None
             facts = {} if exact else self.taint(env, target.facts.group)

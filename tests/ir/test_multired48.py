@@ -138,7 +138,7 @@ def test_a_pointwise_op_reads_the_value_an_expand_broadcasts():
 
 @pytest.mark.parametrize("fn, args", [
     (lambda s: s.expand(64, 32) * 2, (jt.randn(64, 1),)),              # the expand makes the result's shape
-    (lambda x, s: x * s.expand(32), (jt.randn(32), jt.tensor(2.0))),    # a 0-d value: promoted as a number
+    (lambda x, s: x * s.expand(32), (jt.randn(32).half(), jt.tensor(2.0))),  # a 0-d value: promoted below dims
     (lambda x, s: x * s.expand(64, 32).double(), (X, jt.randn(64, 1))),  # read by a cast first
 ], ids=["shape", "0-d", "cast"])
 def test_an_expand_stays_where_reading_its_source_would_change_the_op(fn, args):

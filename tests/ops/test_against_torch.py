@@ -143,13 +143,14 @@ _OUT_CAST = Allowed("jitorch casts a result into an out= tensor of any dtype it 
                     "add, exp, sum...); torch refuses another dtype than the result's for these ops", accepts=True)
 # (the ops whose out= torch refuses in another dtype, in some or all of their samples; the reductions, sorts,
 # scans, softmax/log_softmax and diag among them, the unary ops torch builds with one dtype throughout, and
-# isposinf/isneginf/signbit, whose out must be bool, raise as torch: `ops.out_dtypes`)
+# isposinf/isneginf/signbit, whose out must be bool, raise as torch: `ops.out_dtypes`; tensordot and inner too:
+# `registry._out_functional`)
 _EXACT_OUT = ("clamp clip clamp_min "
               "clamp_max lerp where.self mm bmm mv dot vdot matmul addmm baddbmm gather index_add "
               "index_select masked_select take scatter scatter.value scatter_add scatter_reduce tril triu frexp "
               "heaviside nan_to_num ldexp diff searchsorted.Tensor bucketize.Tensor "
               "isin.Tensor_Tensor histc take_along_dim index_reduce renorm "
-              "addmv addbmm inner tensordot chain_matmul matrix_power inverse slogdet lu_unpack lu_solve qr svd ormqr "
+              "addmv addbmm chain_matmul matrix_power inverse slogdet lu_unpack lu_solve qr svd ormqr "
               "triangular_solve cross").split()
 
 

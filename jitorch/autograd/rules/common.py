@@ -94,6 +94,8 @@ def unreduce(t, x, dim, keepdim):
 
 def expand_reduced(g, x, dim, keepdim):
     """The gradient ``g`` of a reduction of ``x`` over ``dim``, broadcast back to ``x``'s shape."""
+    if not g.ndim:  # (a full reduction's: its unsqueezes to ones would add no more than the expand adds)
+        return g.expand(x.shape)
     return unreduce(g, x, dim, keepdim).expand(x.shape)
 
 

@@ -10,8 +10,8 @@ NaN, infinities and signed zeros included, and keep the node's type.
     t(t(x)), permute chains undoing themselves -> x
     permute(permute(x, a), b)                -> permute(x, a composed with b)   (any of t, transpose, permute)
     x ** n, n a number                       -> the ops eager computes it by (below)
-    f(expand(x), y), f pointwise             -> f(x, y)   (when x has dims and f's operands still broadcast
-                                                         to its result's shape)
+    f(expand(x), y), f pointwise             -> f(x, y)   (when f's operands still broadcast to its result's
+                                                         shape and give its dtype)
 
 Eager computes a float's power by 2, 3, -1, -2, 0.5 and -0.5 by other ops, as torch's kernel does
 (``x * x * x``, ``1 / (x * x)``, ``sqrt``, ``rsqrt``; see ``ops.pointwise.POW_BY_OTHER_OPS`` for the
@@ -26,8 +26,10 @@ of ``x`` reads ``x`` instead where the op's result keeps its shape, as the same 
 backward is an ``expand`` of the incoming gradient over the row; read through the view, the row's value had to
 be in memory (a view in a kernel folds into index maths over a buffer), so a layer norm's backward kept a row
 sum apart from the one beside it (`fusion.same_reduction`); read as ``x`` it is the row's value broadcast, which
-the kernel computing it evaluates at each element. (Not where ``x`` is 0-d: such an operand takes part in type
-promotion as a number does.)
+the kernel computing it evaluates at each element. A 0-d ``x`` (a full reduction's gradient, which eager expands
+in one step) too, where the op's result keeps its dtype as well: a 0-d operand takes part in type promotion below
+one with dims (``mul(expand(x), y)`` of a float32 ``x`` and a float16 ``y`` is float32, ``mul(x, y)`` float16),
+which the op's meta on the operands says (`_same_result`).
 
 A chain of dim permutations becomes one ``permute`` of the chain's base, and is the base itself where the
 permutations undo each other: a Linear weight's gradient is traced ``t(transpose(dy.t() @ x))`` (the backward
@@ -196,7 +198,7 @@ def _unbroadcast(node):
         if not isinstance(a, Value) or a.node is None or a.node.op.name not in BROADCASTS:
             continue
         x = a.node.args[0]
-        if not isinstance(x, Value) or not x.type.shape or x.type.dtype != a.type.dtype \
+        if not isinstance(x, Value) or x.type.dtype != a.type.dtype \
                 or x.type.device != a.type.device:
             continue
         trial = args[:i] + [x] + args[i + 1:]
