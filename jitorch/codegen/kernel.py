@@ -928,7 +928,7 @@ def build_reduction(group, name, target=None, aliases=None, layouts=None):
         load = loader(b, kidx, ridx)
         memo = dict(known or {})
         for a, slot in zip(which or accs, slots):
-            item = a.lowering.enter(e, bld.evaluate(e, a.x, memo, load), a.compute, a.dtype)
+            item = a.lowering.enter(e, element_of(a, bld.evaluate(e, a.x, memo, load)), a.compute, a.dtype)
             if index_of is None:
                 e.store(a.lowering.combine(e, e.load(slot, a.dtype), item), slot)
             else:
@@ -980,7 +980,11 @@ def build_reduction(group, name, target=None, aliases=None, layouts=None):
     def element(b, a, kidx, j, known=None):
         """Reduction ``a``'s prologue value at kept index ``kidx`` and flat reduced index ``j``, in its compute
         dtype; ``known`` as `reduce_item`'s."""
-        return e.cast(bld.evaluate(e, a.x, dict(known or {}), loader(b, kidx, [j])), a.compute)
+        return element_of(a, bld.evaluate(e, a.x, dict(known or {}), loader(b, kidx, [j])))
+
+    def element_of(a, value):
+        """Reduction ``a``'s input ``value`` as it reads it (`lowering.reduced_input`)."""
+        return lowering.reduced_input(e, a.lowering, value, a.compute, a.out.type.dtype)
 
     # Where the reduced dims are inside (each kept index's row reduced in turn), the input side's outputs are
     # written in the row's second pass, with the row epilogue's, computed again there: each reduction's loop is

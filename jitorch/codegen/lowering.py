@@ -658,7 +658,8 @@ class Reduction:
     would be poison (kernel.float_extremum, the CPU's max along a run of reduced elements, uses them and
     catches NaN apart). ``leave`` turns the accumulator back into the compute dtype. ``indexed``: the op also
     gives the index of the element chosen (max.dim, argmax): ``combine(e, acc, x)`` then says whether ``x``
-    takes the accumulator's place, and the kernel keeps its index beside it."""
+    takes the accumulator's place, and the kernel keeps its index beside it. ``rounds_input``: each element is
+    cast to the result dtype before it enters (`reduced_input`)."""
 
     identity: object
     combine: Callable
@@ -668,6 +669,7 @@ class Reduction:
     keyed: bool = False
     when: Callable = None
     indexed: bool = False
+    rounds_input: bool = False
     math = False
     kind = "reduction"
 
@@ -722,6 +724,17 @@ def _float_of_key(e, key, dtype):
     return Scalar(e.b.bitcast(_flip_negative(e, key).value, llvm_type(dtype)), dtype)
 
 
+def reduced_input(e, reduction, x, compute, result):
+    """Element ``x`` of ``reduction``'s input as it reads it, in its ``compute`` dtype: for a reduction that
+    `Reduction.rounds_input`, through its ``result`` dtype first where that is a float other than ``compute`` (a
+    half type summed in float32). torch's sum casts its input to the ``dtype=`` it asks for before reducing, so
+    each element rounds to it, as eager's does (fuzz seed 5770222: a compiled float64 ``sum(dtype=float16)``
+    added unrounded elements); its mean of a half dtype reads the input as float32."""
+    if reduction.rounds_input and result is not compute and result.is_floating_point:
+        x = e.cast(x, result)
+    return e.cast(x, compute)
+
+
 def _add_all(e, acc, x):
     return e.add(acc, x, reassociate=True)
 
@@ -738,8 +751,9 @@ def _truth_combine(op):
 # of its meaning.
 AMAX = Reduction(float("-inf"), lambda e, acc, x: _maximum(e, x, acc), keyed=True)
 AMIN = Reduction(float("inf"), lambda e, acc, x: _minimum(e, x, acc), keyed=True)
-attach("lowering", "sum", Reduction(0, _add_all))
-attach("lowering", "nansum", Reduction(0, _add_all, item=lambda e, x: e.select(e.isnan(x), e.const(0, x.dtype), x)))
+attach("lowering", "sum", Reduction(0, _add_all, rounds_input=True))
+attach("lowering", "nansum", Reduction(0, _add_all, item=lambda e, x: e.select(e.isnan(x), e.const(0, x.dtype), x),
+                                       rounds_input=True))
 attach("lowering", "mean", Reduction(0, _add_all, lambda e, acc, n: e.div(acc, e.const(n, acc.dtype)),
                                      when=_floating_result))
 

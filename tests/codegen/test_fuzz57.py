@@ -26,3 +26,25 @@ def test_a_reduction_kernel_evaluates_an_epilogue_value_an_input_side_output_rea
     for g, w in zip(got, want):
         np.testing.assert_allclose(g.numpy(), w.numpy(), rtol=1e-6)
     assert len(compiled.lower(jt.tensor(x0), jt.tensor(x1)).kernels) == 1
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("source", ["float64", "float32"])
+@pytest.mark.parametrize("shape", [(3, 4, 3, 1), (9, 70000)])
+def test_a_compiled_reduction_to_a_half_dtype_rounds_each_element_to_it_first_seed_5770222(dtype, source, shape):
+    """torch's sum casts its input to its ``dtype=`` before reducing (then adds in float32): a compiled float64
+    ``sum(dtype=float16)`` added the unrounded elements (-11.734375 where eager and torch give -11.7421875);
+    torch's mean of a half dtype reads float32 instead. The large shape's full sum is split in parts."""
+    rng = np.random.default_rng(7)
+    a = (rng.standard_normal(shape) * 3).astype(source)
+    half = getattr(jt, dtype)
+    fns = {"sum": lambda lib, t: t.sum(dtype=getattr(lib, dtype)),
+           "row sums": lambda lib, t: t.sum(-1, dtype=getattr(lib, dtype)),
+           "nansum": lambda lib, t: t.nansum(0, dtype=getattr(lib, dtype)),
+           "mean": lambda lib, t: t.mean(0, dtype=getattr(lib, dtype))}
+    for name, fn in fns.items():
+        want = fn(torch, torch.from_numpy(a)).float().numpy()
+        got = jt.compile(lambda t: fn(jt, t))(jt.tensor(a))
+        assert got.dtype is half
+        np.testing.assert_array_equal(got.float().numpy(), fn(jt, jt.tensor(a)).float().numpy(), err_msg=name)
+        np.testing.assert_allclose(got.float().numpy(), want, rtol=1e-2, err_msg=name)
