@@ -21,6 +21,7 @@ from ..runtime.grad_mode import is_grad_enabled, no_grad
 from ..runtime.threads import is_warn_always_enabled
 from ..ops import registry
 from ..ops.registry import contiguous_strides_cached
+from ..ops.random_ops import generator_states
 from ..ops.value_checks import EagerRerun
 from ..runtime import dtypes as _dtypes
 from ..runtime.dtypes import get_default_dtype
@@ -238,6 +239,9 @@ class CompiledFunction:
         self.cache: dict = {}
         self._fast: dict = {}  # flat keys of all-tensor positional calls -> compiled entries
         self._warned_limit = False
+        self._traces = 0
+        self._reruns = False  # whether a graph of this function may rerun its call eagerly (`EagerRerun`)
+        self._traced_states = None  # the generators' states as the latest such graph's trace ended
         self._stale = 0  # entries dropped because Python state changed: they count toward the limit
         self._shelved: dict = {}  # guard key -> those entries, reused when their state comes back
         self.discard_mutations = False  # a compiled backward recomputes the forward but must not redo its writes
@@ -265,11 +269,17 @@ class CompiledFunction:
         return f"_jitorch_compiled_{id(self)}"
 
     def __call__(self, *args, **kwargs):
+        # A graph that may rerun the call eagerly may have drawn random numbers before its check failed: the
+        # rerun draws from the generators' states at the call's start, as an eager call would (a call that
+        # traces takes them as its trace ends: tracing draws nothing).
+        traces, drawn = self._traces, (generator_states() if self._reruns else None)
         try:
             return self._call(args, kwargs)
         except EagerRerun as e:
             # (raised by a check before the call wrote an output or an input: `value_checks.EagerRerun`)
             logs.log("recompiles", "%s runs eagerly this call: %s", self.name, e)
+            for gen, state in (self._traced_states if self._traces != traces else drawn) or ():
+                gen.set_state(state)
             return self.fn(*args, **kwargs)
 
     def _call(self, args, kwargs):
@@ -514,6 +524,9 @@ class CompiledFunction:
             graph.mutations.clear()
             graph.meta_warnings.clear()
         logs.log("graph", "traced %s:\n%s", self.name, graph)
+        self._traces += 1
+        if any(n.op.name == "_check_values" and n.args[1] == EagerRerun.RULE for n in graph.nodes):
+            self._reruns, self._traced_states = True, generator_states()
         return graph
 
     def lower(self, *args, device=None, **kwargs):

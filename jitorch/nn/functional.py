@@ -40,7 +40,7 @@ from jitorch.nn import mha
 from jitorch.nn.antialias import resample as antialias_resample
 from jitorch.nn.sampling import affine_grid, cubic_taps, grid_sample
 from jitorch.ops.reductions import moments  # (not var_mean: its mean carries torch's Welford infinities)
-from jitorch.ops.value_checks import check as _check_values
+from jitorch.ops.value_checks import EagerRerun, check as _check_values
 from jitorch.ops.registry import DISPATCH_HOOKS as _HOOKS, OPS as _OPS, cpp_name, hooks_take_calls, scalar_name
 from jitorch.runtime import blas_library, cuda_backend, fp_errors, profiling
 from jitorch.runtime.autocast_mode import STATE as _AUTOCAST
@@ -425,7 +425,7 @@ def _winograd_checked(products):
     operand), where the convolution's result and its gradient are its kernels' (fused with their neighbours): each
     check is one reduction's pass over memory, and keeps the kernels as they were."""
     with jt.no_grad():
-        _check_values("finite_else_eager", [products.detach().sum()])
+        _check_values(EagerRerun.RULE, [products.detach().sum()])
     if products.requires_grad:
         products.register_hook(_check_gradient)
     return products
@@ -433,7 +433,7 @@ def _winograd_checked(products):
 
 def _check_gradient(grad):
     with jt.no_grad():
-        _check_values("finite_else_eager", [grad.detach().sum()])
+        _check_values(EagerRerun.RULE, [grad.detach().sum()])
 
 
 def _winograd_conv(xt, weight):

@@ -47,6 +47,8 @@ class EagerRerun(RuntimeError):
     a Winograd convolution, whose transforms make NaN of infinities the direct sum keeps). Its check raises before
     the call writes an output or an input in place, and `jitorch.compile` runs the function eagerly instead."""
 
+    RULE = "finite_else_eager"  # the `_check_values` rule that raises it
+
 
 def _finite_else_eager(total):
     # (``total``: the sum of the values checked, finite exactly when they all are, or where a sum of finite ones
@@ -126,7 +128,7 @@ RULES = {
     "unpool_indices": _unpool_indices,
     "bag_indices": _bag_indices,
     "indices_in_range": _indices_in_range,
-    "finite_else_eager": _finite_else_eager,
+    EagerRerun.RULE: _finite_else_eager,
 }
 
 

@@ -105,3 +105,27 @@ def test_eager_convolutions_keep_the_direct_gemm(monkeypatch):
         base = operands(transposed, 2, 32, 32, 4, 4, 1, torch.float32)
         for a, b in zip(conv_step(transposed)(*jitorch_operands(*base)), torch_step(transposed, *base)):
             np.testing.assert_allclose(a.detach().numpy(), b.detach().numpy(), rtol=1e-4, atol=1e-5)
+
+
+def test_a_call_rerun_eagerly_draws_the_random_numbers_an_eager_call_draws():
+    """A graph that draws (dropout) and reruns the call eagerly (an infinity met its Winograd products) drew its
+    numbers twice: the rerun's dropout mask and every later draw were not eager's. The generators' states are
+    taken back to the call's start first, for the call that traces the graph too."""
+    def step(x, w, g):
+        y = F.dropout(F.conv2d(x, w, stride=2, padding=1), 0.5)
+        gx, gw = jt.autograd.grad(y, (x, w), g)
+        return y, gx, gw
+    finite = operands(False, 2, 32, 32, 4, 4, 1, torch.float32)
+    compiled = jt.compile(step)
+    for where in ("gradient", "none", "gradient", "input"):  # (the first call traces)
+        args = jitorch_operands(*nonfinite(*finite, where))
+        results = []
+        for fn in (compiled, step):
+            jt.manual_seed(3)
+            results.append([t.detach().numpy() for t in fn(*args)] + [jt.rand(4).numpy()])
+        for a, b in zip(*results):
+            if where == "none":  # (the graph's products round otherwise than eager's: its mask is eager's)
+                np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
+            else:
+                assert np.array_equal(a, b, equal_nan=True), where
+    assert len(compiled.cache) == 1
