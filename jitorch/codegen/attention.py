@@ -198,7 +198,7 @@ def _module(tile, direction, name, n_in, n_out):
     return str(module)
 
 
-# (direction, dtype name, D, causal, batch dims, masked) -> the linked kernel, or None
+# (direction, dtype name, D, causal, batch dims, masked, row strides) -> the linked kernel, or None
 _kernels = BuiltOnce(_build)
 
 

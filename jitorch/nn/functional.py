@@ -424,16 +424,16 @@ def _winograd_checked(products):
     (`ops.value_checks.EagerRerun`). The products and their gradient are in memory anyway (a product's result and
     operand), where the convolution's result and its gradient are its kernels' (fused with their neighbours): each
     check is one reduction's pass over memory, and keeps the kernels as they were."""
-    with jt.no_grad():
-        _check_values(EagerRerun.RULE, [products.detach().sum()])
+    _check_finite(products)
     if products.requires_grad:
-        products.register_hook(_check_gradient)
+        products.register_hook(_check_finite)
     return products
 
 
-def _check_gradient(grad):
+def _check_finite(t):
+    """The graph's check that ``t`` sums to a finite value (`_winograd_checked`); as a gradient hook, leaves it."""
     with jt.no_grad():
-        _check_values(EagerRerun.RULE, [grad.detach().sum()])
+        _check_values(EagerRerun.RULE, [t.detach().sum()])
 
 
 def _winograd_conv(xt, weight):

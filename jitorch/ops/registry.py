@@ -638,21 +638,22 @@ def call(op, args, out=None, recorded=False):
                 result = op.attrs["out_composite"](*args, out.dtype)
                 return write_out(op, out, out_grad(op, args, out, result), args)
     if op.composite is not None:
+        functional = None if out is None else _out_functional(op, args)
         if op.attrs.get("own_derivative") and AUTOGRAD is not None and AUTOGRAD.needs_grad(op, args):
             # differentiated by its rule, not through its body (renorm: torch's backward selects ``g`` where the
             # body's would multiply it by a NaN norm's derivative): the body computes without history
             with _grad_mode.no_grad():
                 result = op.composite(*args)
             result = AUTOGRAD.record(op, args, result)
-        elif out is not None and _AUTOCAST_STATE.key is not None and _out_functional(op, args) is None:
+        elif out is not None and _AUTOCAST_STATE.key is not None and functional is None:
             # torch's out= form of a composite runs the out= forms of its ops, which autocast leaves alone
             # (``hstack([bf16, f64], out=f64)`` under float16 autocast: cat_out, not cat's prioritize error)
             with _autocast_excluded():
                 result = op.composite(*args)
         else:
             result = op.composite(*args)
-        if out is not None and _out_functional(op, args) is not None and out.dtype is not result.dtype:
-            raise RuntimeError(f"{_out_functional(op, args)}: Expected the output tensor to have dtype "
+        if functional is not None and out.dtype is not result.dtype:
+            raise RuntimeError(f"{functional}: Expected the output tensor to have dtype "
                                f"{scalar_name(result.dtype)}, but got an output tensor with dtype "
                                f"{scalar_name(out.dtype)}")
         return result if out is None else write_out(op, out, out_grad(op, args, out, result), args)

@@ -29,6 +29,7 @@ import sys
 import weakref
 
 import numpy as np
+from .array_address import data_address
 from .forks import module_lock
 
 MIN_BYTES = 1 << 20          # smaller buffers are cheap to fault in: plain np.empty
@@ -49,7 +50,7 @@ def aligned_bytes(nbytes):
 
 def _aligned(raw, nbytes):
     """The ``nbytes`` of ``raw`` (a flat uint8 array ``ALIGNMENT - 1`` bytes longer) from its first aligned byte."""
-    skip = -raw.__array_interface__["data"][0] % ALIGNMENT
+    skip = -data_address(raw) % ALIGNMENT
     return raw[skip:skip + nbytes]
 
 

@@ -146,8 +146,7 @@ class DistributedDataParallel(Module):
         self._delayed = self._bucketed(delayed, math.inf, math.inf, self._reduce_dtype)
         self._delayed_ids = {id(p) for p in delayed}
         self._delayed_group = _twin(self._group) if delayed else None
-        self._delaying = False  # a synced backward is to reduce the delayed bucket
-        self._delayed_seen, self._hooked, self._delayed_started, self._watching = set(), False, False, False
+        self._new_delayed_round(False)  # (`_delaying`: a synced backward is to reduce the delayed bucket)
         self._next = 0  # the next bucket to start: they start in order on every rank
         self._progress = _Progress(self._group)
         self._expecting = False
@@ -232,8 +231,7 @@ class DistributedDataParallel(Module):
         else:
             output = self.module(*inputs, **kwargs)
         self._expecting = is_grad_enabled() and self.require_backward_grad_sync
-        self._delaying = self._expecting and bool(self._delayed)
-        self._delayed_seen, self._hooked, self._delayed_started, self._watching = set(), False, False, False
+        self._new_delayed_round(self._expecting and bool(self._delayed))
         if self._expecting:
             for bucket in self._buckets:
                 bucket.ready, bucket.work = 0, None
@@ -329,6 +327,11 @@ class DistributedDataParallel(Module):
             # backward ends instead of at the next forward
             when_backward_ends(lambda: self._expecting and self._unfinished())
         self._mark_ready(param)
+
+    def _new_delayed_round(self, delaying):
+        """The delayed bucket's state for a new forward (``delaying``: its backward reduces the bucket)."""
+        self._delaying = delaying
+        self._delayed_seen, self._hooked, self._delayed_started, self._watching = set(), False, False, False
 
     def _delay_hook(self, grad):
         """``param_to_hook_all_reduce``'s gradient is computed: the delayed bucket starts, once every delayed
